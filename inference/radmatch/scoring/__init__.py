@@ -1,0 +1,6 @@
+"""The pure scoring core: stage answers in, scores out (SCORING.md). No I/O, no judge."""
+
+from radmatch.scoring.results import Scores
+from radmatch.scoring.score import score_pair
+
+__all__ = ["Scores", "score_pair"]

@@ -1,0 +1,205 @@
+"""Corpus scores over records (SCORING.md section 6).
+
+Counts are summed over scored records; safety and attribution numerators and
+denominators are pooled (micro average) with 95 % Wilson intervals; failed records
+are counted apart and never scored. When a pair_id occurs more than once the last
+record counts. Memory holds one small tuple of integers per pair, never the records.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional
+
+from radmatch.records import Record
+from radmatch.scoring.results import DIMENSIONS, OUTCOME_KEYS, SAFETY_TIERS, SUBSETS, ratio
+
+Z_95 = 1.959964
+SEVERITY_LEVELS = ("none", "minor", "major")
+SUBSET_KEYS = (*OUTCOME_KEYS, "actionable_errors")
+
+# One flat integer vector per pair; FIELDS names its slots.
+FIELDS: tuple[tuple[str, ...], ...] = (
+    ("scored",),
+    ("failed",),
+    ("actionable_errors",),
+    *(("outcomes", k) for k in (*OUTCOME_KEYS, "generic")),
+    *(
+        ("safety", tier, k)
+        for tier in SAFETY_TIERS
+        for k in ("precision_num", "precision_den", "recall_num", "recall_den")
+    ),
+    *(("attribution", side, k) for side in ("reference", "candidate") for k in ("findings", "attributed")),
+    *(("attributes", dim, level) for dim in DIMENSIONS for level in SEVERITY_LEVELS),
+    *(("subsets", name, k) for name in SUBSETS for k in SUBSET_KEYS),
+)
+SLOT = {path: i for i, path in enumerate(FIELDS)}
+
+
+def wilson_interval(successes: int, total: int, z: float = Z_95) -> Optional[list[float]]:
+    """95 % Wilson score interval of a proportion; None when total is 0."""
+    if total == 0:
+        return None
+    p = successes / total
+    denom = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denom
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def tally(record: Record) -> tuple[int, ...]:
+    """The record's contribution to the corpus counts."""
+    vec = [0] * len(FIELDS)
+    if record.error is not None or record.scores is None:
+        vec[SLOT[("failed",)]] = 1
+        return tuple(vec)
+    s = record.scores
+    vec[SLOT[("scored",)]] = 1
+    vec[SLOT[("actionable_errors",)]] = s.actionable_errors
+    for key in (*OUTCOME_KEYS, "generic"):
+        vec[SLOT[("outcomes", key)]] = s.outcomes.get(key, 0)
+    for tier in SAFETY_TIERS:
+        ratio_ = s.safety[tier]
+        for key in ("precision_num", "precision_den", "recall_num", "recall_den"):
+            vec[SLOT[("safety", tier, key)]] = getattr(ratio_, key)
+    for side in ("reference", "candidate"):
+        part = getattr(s.attribution, side)
+        vec[SLOT[("attribution", side, "findings")]] = part.findings
+        vec[SLOT[("attribution", side, "attributed")]] = part.attributed
+    for dim in DIMENSIONS:
+        for level in SEVERITY_LEVELS:
+            vec[SLOT[("attributes", dim, level)]] = s.attributes.get(dim, {}).get(level, 0)
+    for name in SUBSETS:
+        for key in SUBSET_KEYS:
+            vec[SLOT[("subsets", name, key)]] = s.subsets.get(name, {}).get(key, 0)
+    return tuple(vec)
+
+
+class CorpusSummary:
+    """Folds records one at a time; `to_dict()` gives the corpus view."""
+
+    def __init__(self) -> None:
+        self._totals = [0] * len(FIELDS)
+        self._by_pair: dict[str, tuple[int, ...]] = {}
+        self._failed: dict[str, str] = {}
+        self.warnings: list[str] = []
+        self._duplicates = 0
+
+    def add(self, record: Record) -> None:
+        contribution = tally(record)
+        previous = self._by_pair.get(record.pair_id)
+        if previous is not None:
+            self._duplicates += 1
+            self._totals = [t - p for t, p in zip(self._totals, previous)]
+            self._failed.pop(record.pair_id, None)
+        self._by_pair[record.pair_id] = contribution
+        self._totals = [t + c for t, c in zip(self._totals, contribution)]
+        if contribution[SLOT[("failed",)]]:
+            self._failed[record.pair_id] = record.error or "not scored"
+
+    def extend(self, records: Iterable[Record]) -> "CorpusSummary":
+        for record in records:
+            self.add(record)
+        return self
+
+    def _get(self, *path: str) -> int:
+        return self._totals[SLOT[path]]
+
+    def to_dict(self) -> dict[str, Any]:
+        n_scored = self._get("scored")
+        warnings = list(self.warnings)
+        if self._duplicates:
+            warnings.append(
+                f"{self._duplicates} record(s) repeat an earlier pair_id; the last record of "
+                "each pair counts"
+            )
+        safety = {}
+        for tier in SAFETY_TIERS:
+            entry: dict[str, Any] = {}
+            for name in ("precision", "recall"):
+                num, den = self._get("safety", tier, f"{name}_num"), self._get("safety", tier, f"{name}_den")
+                entry[name] = ratio(num, den)
+                entry[f"{name}_ci"] = wilson_interval(num, den)
+                entry[f"{name}_num"] = num
+                entry[f"{name}_den"] = den
+            safety[tier] = entry
+        attribution = {}
+        for side in ("reference", "candidate"):
+            findings = self._get("attribution", side, "findings")
+            attributed = self._get("attribution", side, "attributed")
+            attribution[side] = {
+                "findings": findings,
+                "attributed": attributed,
+                "rate": ratio(attributed, findings),
+                "rate_ci": wilson_interval(attributed, findings),
+            }
+        actionable = self._get("actionable_errors")
+        return {
+            "n_pairs": len(self._by_pair),
+            "n_scored": n_scored,
+            "n_failed": self._get("failed"),
+            "mean_actionable_errors": ratio(actionable, n_scored),
+            "actionable_errors": actionable,
+            "outcomes": {k: self._get("outcomes", k) for k in (*OUTCOME_KEYS, "generic")},
+            "safety": safety,
+            "attribution": attribution,
+            "attributes": {
+                dim: {level: self._get("attributes", dim, level) for level in SEVERITY_LEVELS}
+                for dim in DIMENSIONS
+            },
+            "subsets": {
+                name: {k: self._get("subsets", name, k) for k in SUBSET_KEYS} for name in SUBSETS
+            },
+            "failed_pairs": dict(sorted(self._failed.items())),
+            "warnings": warnings,
+        }
+
+
+def summarize(records: Iterable[Record]) -> CorpusSummary:
+    return CorpusSummary().extend(records)
+
+
+def _pct(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _ci(interval: Optional[list[float]]) -> str:
+    return "" if interval is None else f"[{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]"
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A plain-text table of the corpus view, for the terminal."""
+    mean = summary["mean_actionable_errors"]
+    lines = [
+        f"pairs {summary['n_pairs']}   scored {summary['n_scored']}   failed {summary['n_failed']}",
+        "mean actionable errors per pair: " + ("n/a" if mean is None else f"{mean:.3f}"),
+        "outcomes: "
+        + "  ".join(f"{k.upper()} {v}" for k, v in summary["outcomes"].items()),
+        "",
+        f"{'safety':<11}{'precision':>10} {'95% CI':<15}{'n':>11}"
+        f"{'recall':>10} {'95% CI':<15}{'n':>11}",
+    ]
+    for tier, s in summary["safety"].items():
+        lines.append(
+            f"{tier:<11}{_pct(s['precision']):>10} {_ci(s['precision_ci']):<15}"
+            f"{s['precision_num']:>5}/{s['precision_den']:<5}"
+            f"{_pct(s['recall']):>10} {_ci(s['recall_ci']):<15}"
+            f"{s['recall_num']:>5}/{s['recall_den']:<5}"
+        )
+    lines.append("")
+    lines.append(f"{'subset':<13}" + "".join(f"{k:>6}" for k in OUTCOME_KEYS) + "  actionable")
+    for name, row in summary["subsets"].items():
+        lines.append(
+            f"{name:<13}" + "".join(f"{row[k]:>6}" for k in OUTCOME_KEYS)
+            + f"  {row['actionable_errors']:>10}"
+        )
+    att = summary["attribution"]
+    lines.append("")
+    lines.append(
+        "evidence attributed: reference "
+        f"{att['reference']['attributed']}/{att['reference']['findings']}, candidate "
+        f"{att['candidate']['attributed']}/{att['candidate']['findings']}"
+    )
+    for warning in summary["warnings"]:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""Deterministic repair of the judge's matching answer (SCORING.md section 2).
+
+The record keeps the answer as the judge gave it; every change made here is
+written, as a short sentence, into the record's `repairs`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from radmatch.schemas import MatchingAnswer
+from radmatch.scoring.results import UnitRow
+
+SCOPE_STRENGTH = {"direct": 3, "aggregate": 2, "generic": 1}
+
+
+def id_key(finding_id: str) -> tuple[str, int, str]:
+    """Natural sort key: gt_2 before gt_10."""
+    match = re.fullmatch(r"(.*?)(\d+)", finding_id)
+    if match:
+        return (match.group(1), int(match.group(2)), "")
+    return (finding_id, -1, finding_id)
+
+
+def row_key(row: UnitRow) -> tuple:
+    return (id_key(row.pred_id), id_key(row.gt_id))
+
+
+@dataclass
+class RepairedMatching:
+    rows: list[UnitRow]
+    unmatched_pred: list[str]
+    unmatched_gt: list[str]
+    repairs: list[str] = field(default_factory=list)
+
+
+def repair_matching(
+    matching: MatchingAnswer, pred_ids: list[str], gt_ids: list[str]
+) -> RepairedMatching:
+    """Apply repair rules 1-3 and return canonical (sorted) rows and unmatched lists."""
+    repairs: list[str] = []
+    pred_set, gt_set = set(pred_ids), set(gt_ids)
+
+    # Rule 1: drop rows with unknown ids; collapse duplicates keeping the strongest scope.
+    best: dict[tuple[str, str], str] = {}
+    for row in sorted(matching.matches, key=lambda r: (id_key(r.pred_id), id_key(r.gt_id))):
+        unknown = [i for i, ids in ((row.pred_id, pred_set), (row.gt_id, gt_set)) if i not in ids]
+        if unknown:
+            repairs.append(
+                f"dropped row {row.pred_id}-{row.gt_id}: unknown id {', '.join(unknown)}"
+            )
+            continue
+        pair = (row.pred_id, row.gt_id)
+        if pair in best:
+            kept = max(best[pair], row.match_scope, key=SCOPE_STRENGTH.__getitem__)
+            repairs.append(
+                f"collapsed duplicate row {pair[0]}-{pair[1]} "
+                f"({best[pair]}, {row.match_scope}) into {kept}"
+            )
+            best[pair] = kept
+        else:
+            best[pair] = row.match_scope
+
+    # Rule 3: scopes follow cardinality, counted over all surviving rows.
+    pred_count = Counter(p for p, _ in best)
+    gt_count = Counter(g for _, g in best)
+    rows: list[UnitRow] = []
+    released: set[str] = set()  # ids freed by a dropped 1:1 generic row
+    for (pred_id, gt_id), scope in sorted(best.items(), key=lambda kv: (id_key(kv[0][0]), id_key(kv[0][1]))):
+        one_to_one = pred_count[pred_id] == 1 and gt_count[gt_id] == 1
+        if one_to_one and scope == "generic":
+            repairs.append(
+                f"dropped 1:1 generic row {pred_id}-{gt_id}: generic is never 1:1, "
+                "both findings are unmatched"
+            )
+            released.update((pred_id, gt_id))
+            continue
+        if one_to_one and scope == "aggregate":
+            repairs.append(f"row {pred_id}-{gt_id} is 1:1: aggregate -> direct")
+            scope = "direct"
+        elif not one_to_one and scope == "direct":
+            repairs.append(f"row {pred_id}-{gt_id} is in a 1:N or N:1 binding: direct -> aggregate")
+            scope = "aggregate"
+        rows.append(UnitRow(pred_id=pred_id, gt_id=gt_id, match_scope=scope))
+
+    # Rule 2: unmatched lists are whatever no row covers.
+    unmatched_pred = _reconcile(
+        "pred", matching.unmatched_pred, pred_ids, {r.pred_id for r in rows}, released, repairs
+    )
+    unmatched_gt = _reconcile(
+        "gt", matching.unmatched_gt, gt_ids, {r.gt_id for r in rows}, released, repairs
+    )
+    return RepairedMatching(rows, unmatched_pred, unmatched_gt, repairs)
+
+
+def _reconcile(
+    side: str,
+    listed: list[str],
+    all_ids: list[str],
+    in_rows: set[str],
+    released: set[str],
+    repairs: list[str],
+) -> list[str]:
+    listed_set = set(listed)
+    for finding_id in sorted(listed_set - set(all_ids), key=id_key):
+        repairs.append(f"removed unknown id {finding_id} from unmatched_{side}")
+    for finding_id in sorted(listed_set & in_rows, key=id_key):  # rule 2
+        repairs.append(f"removed {finding_id} from unmatched_{side}: it is in a match row")
+    duplicates = sorted((i for i, n in Counter(listed).items() if n > 1), key=id_key)
+    for finding_id in duplicates:
+        repairs.append(f"removed duplicate {finding_id} from unmatched_{side}")
+    unmatched = []
+    for finding_id in sorted(set(all_ids), key=id_key):
+        if finding_id in in_rows:
+            continue
+        if finding_id not in listed_set and finding_id not in released:
+            repairs.append(f"{finding_id} is in no row and not in unmatched_{side}: now unmatched")
+        unmatched.append(finding_id)
+    return unmatched

@@ -1,0 +1,251 @@
+"""Scores of one pair from its three stage answers (SCORING.md sections 4-5).
+
+Pure: findings, matching and grading in, `Scores` and repair notes out. No I/O, no
+judge, no clock. `score_record` applies it to a stored record (what recompute runs).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Optional
+
+from radmatch.schemas import Finding, GradingStage, MatchingAnswer
+from radmatch.scoring.comparators import comparison_error, measurement_errors, status_error
+from radmatch.scoring.repair import repair_matching
+from radmatch.scoring.results import (
+    DIMENSIONS,
+    OUTCOME_KEYS,
+    SUBSETS,
+    Attribution,
+    SafetyRatio,
+    Scores,
+    SideAttribution,
+    Unit,
+    UnitError,
+    UnitRow,
+    ratio,
+)
+from radmatch.scoring.units import DraftUnit, build_units, unit_findings, unit_tier
+
+TIER_SETS = {
+    "triage": frozenset({"critical", "urgent"}),
+    "actionable": frozenset({"critical", "urgent", "notable"}),
+    "all": frozenset({"critical", "urgent", "notable", "routine"}),
+}
+ERROR_OUTCOMES = frozenset({"INC", "MIS", "SPU"})
+CREDITED_OUTCOMES = frozenset({"COR", "PAR"})
+JUDGE_DIMENSIONS = frozenset({"location", "severity", "morphology", "certainty", "measurement"})
+SEVERITIES = frozenset({"major", "minor"})
+
+
+def score_pair(
+    reference_findings: list[Finding],
+    candidate_findings: list[Finding],
+    matching: MatchingAnswer,
+    grading: Optional[GradingStage],
+    *,
+    reference_text: str,
+    candidate_text: str,
+) -> tuple[Scores, list[str]]:
+    """Score one pair; return the scores and the repairs made on the way."""
+    gt = _index(reference_findings, "reference_findings")
+    pred = _index(candidate_findings, "candidate_findings")
+    repaired = repair_matching(matching, list(pred), list(gt))
+    repairs = list(repaired.repairs)
+
+    drafts = build_units(repaired, gt, pred)
+    strong_rows = {(r.pred_id, r.gt_id) for d in drafts for r in d.rows}
+    judge_errors = _judge_errors(grading, strong_rows, repairs)
+
+    units = [_finish_unit(d, gt, pred, judge_errors) for d in drafts]
+    outcome_of = {}
+    for unit in units:
+        for finding_id in unit.gt_ids + unit.pred_ids:
+            outcome_of[finding_id] = unit.outcome
+
+    scores = Scores(
+        actionable_errors=sum(u.actionable for u in units),
+        outcomes=_outcome_counts(units),
+        safety={
+            name: _safety(tiers, gt, pred, outcome_of) for name, tiers in TIER_SETS.items()
+        },
+        attribution=Attribution(
+            reference=_attribution(reference_findings, reference_text),
+            candidate=_attribution(candidate_findings, candidate_text),
+        ),
+        attributes=_attribute_breakdown(units),
+        subsets=_subsets(units, gt, pred),
+        units=units,
+    )
+    return scores, repairs
+
+
+def _index(findings: list[Finding], field: str) -> dict[str, Finding]:
+    table: dict[str, Finding] = {}
+    for finding in findings:
+        if finding.id in table:
+            raise ValueError(f"{field}: duplicate finding id {finding.id!r}")
+        table[finding.id] = finding
+    return table
+
+
+def _judge_errors(
+    grading: Optional[GradingStage], strong_rows: set[tuple[str, str]], repairs: list[str]
+) -> dict[tuple[str, str], list[UnitError]]:
+    """Judge attribute errors by (pred_id, gt_id), dropping what the contract ignores."""
+    found: dict[tuple[str, str], list[UnitError]] = {}
+    pairs = grading.pairs if grading else []
+    answers = grading.errors_per_match if grading else []
+    for (pred_id, gt_id), entries in zip(pairs, answers):
+        key = (pred_id, gt_id)
+        if key not in strong_rows:
+            repairs.append(
+                f"ignored grading of {pred_id}-{gt_id}: not a direct/aggregate row after repair"
+            )
+            continue
+        if key in found:
+            repairs.append(f"ignored a second grading entry for {pred_id}-{gt_id}")
+            continue
+        kept = []
+        for entry in entries:
+            if entry.dimension not in JUDGE_DIMENSIONS or entry.severity not in SEVERITIES:
+                repairs.append(
+                    f"ignored grading error on {pred_id}-{gt_id}: "
+                    f"dimension {entry.dimension!r}, severity {entry.severity!r}"
+                )
+                continue
+            kept.append(
+                UnitError(
+                    dimension=entry.dimension,
+                    severity=entry.severity,
+                    source="judge",
+                    pred_id=pred_id,
+                    gt_id=gt_id,
+                    reasoning=entry.reasoning,
+                )
+            )
+        found[key] = kept
+    for pred_id, gt_id in sorted(strong_rows - set(found)):
+        repairs.append(
+            f"row {pred_id}-{gt_id} has no grading entry: scored on deterministic errors alone"
+        )
+    return found
+
+
+def _finish_unit(
+    draft: DraftUnit,
+    gt: dict[str, Finding],
+    pred: dict[str, Finding],
+    judge_errors: dict[tuple[str, str], list[UnitError]],
+) -> Unit:
+    findings = unit_findings(draft, gt, pred)
+    tier = unit_tier(findings)
+    errors: list[UnitError] = []
+    if draft.kind == "matched":
+        for row in draft.rows:
+            p, g = pred[row.pred_id], gt[row.gt_id]
+            errors.extend(e for e in (status_error(p, g), comparison_error(p, g)) if e)
+            errors.extend(judge_errors.get((row.pred_id, row.gt_id), []))
+        errors.extend(
+            measurement_errors(
+                [m for i in draft.gt_ids for m in gt[i].measurements],
+                [m for i in draft.pred_ids for m in pred[i].measurements],
+            )
+        )
+        if any(e.severity == "major" for e in errors):
+            outcome: Optional[str] = "INC"
+        elif errors:
+            outcome = "PAR"
+        else:
+            outcome = "COR"
+    else:
+        outcome = {"mis": "MIS", "spu": "SPU", "generic": None}[draft.kind]
+    return Unit(
+        kind=draft.kind,
+        gt_ids=draft.gt_ids,
+        pred_ids=draft.pred_ids,
+        rows=[UnitRow(pred_id=r.pred_id, gt_id=r.gt_id, match_scope=r.match_scope) for r in draft.rows],
+        outcome=outcome,
+        tier=tier,
+        actionable=outcome in ERROR_OUTCOMES and tier in TIER_SETS["actionable"],
+        errors=errors,
+    )
+
+
+def _outcome_counts(units: list[Unit]) -> dict[str, int]:
+    counts = dict.fromkeys(OUTCOME_KEYS, 0)
+    counts["generic"] = 0
+    for unit in units:
+        counts[unit.outcome.lower() if unit.outcome else "generic"] += 1
+    return counts
+
+
+def _safety(
+    tiers: frozenset[str],
+    gt: dict[str, Finding],
+    pred: dict[str, Finding],
+    outcome_of: dict[str, Optional[str]],
+) -> SafetyRatio:
+    def count(findings: dict[str, Finding]) -> tuple[int, int]:
+        in_tier = [i for i, f in findings.items() if f.clinical_significance in tiers]
+        credited = sum(outcome_of[i] in CREDITED_OUTCOMES for i in in_tier)
+        return credited, len(in_tier)
+
+    recall_num, recall_den = count(gt)
+    precision_num, precision_den = count(pred)
+    return SafetyRatio(
+        precision=ratio(precision_num, precision_den),
+        recall=ratio(recall_num, recall_den),
+        precision_num=precision_num,
+        precision_den=precision_den,
+        recall_num=recall_num,
+        recall_den=recall_den,
+    )
+
+
+def normalise_text(text: str) -> str:
+    """NFC, whitespace collapsed, case folded: how evidence is compared with the report."""
+    return " ".join(unicodedata.normalize("NFC", text).split()).casefold()
+
+
+def _attribution(findings: list[Finding], report: str) -> SideAttribution:
+    haystack = normalise_text(report)
+    attributed = 0
+    for finding in findings:
+        quotes = [q for q in (normalise_text(e) for e in finding.evidence) if q]
+        if quotes and all(q in haystack for q in quotes):
+            attributed += 1
+    return SideAttribution(findings=len(findings), attributed=attributed)
+
+
+def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:
+    table = {dim: {"none": 0, "minor": 0, "major": 0} for dim in DIMENSIONS}
+    for unit in units:
+        if unit.kind != "matched":
+            continue
+        for dim in DIMENSIONS:
+            severities = {e.severity for e in unit.errors if e.dimension == dim}
+            worst = "major" if "major" in severities else "minor" if severities else "none"
+            table[dim][worst] += 1
+    return table
+
+
+def _subsets(
+    units: list[Unit], gt: dict[str, Finding], pred: dict[str, Finding]
+) -> dict[str, dict[str, int]]:
+    table = {name: dict.fromkeys((*OUTCOME_KEYS, "actionable_errors"), 0) for name in SUBSETS}
+    for unit in units:
+        if unit.outcome is None:  # generic units are left out of subsets
+            continue
+        findings = unit_findings(unit, gt, pred)
+        membership = {
+            "normal": all(f.clinical_status == "normal" for f in findings),
+            "abnormal": any(f.clinical_status == "abnormal" for f in findings),
+            "comparison": any(f.comparison is not None for f in findings),
+            "measurement": any(f.measurements for f in findings),
+        }
+        for name, member in membership.items():
+            if member:
+                table[name][unit.outcome.lower()] += 1
+                table[name]["actionable_errors"] += unit.actionable
+    return table

@@ -1,0 +1,113 @@
+"""Small builders for findings, matchings and records used across the tests."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from radmatch.records import Record, Stages
+from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
+
+
+def m(value: float, unit: Optional[str], category: str = "size", prior: bool = False) -> Measurement:
+    return Measurement(value=value, unit=unit, category=category, prior=prior)
+
+
+def f(
+    id: str,
+    status: str = "abnormal",
+    sig: str = "routine",
+    comparison: Optional[str] = None,
+    measurements: Optional[list] = None,
+    evidence: Optional[list[str]] = None,
+    text: Optional[str] = None,
+) -> Finding:
+    return Finding(
+        id=id,
+        text=text or f"Finding {id}.",
+        clinical_status=status,
+        clinical_significance=sig,
+        comparison=comparison,
+        measurements=measurements or [],
+        evidence=evidence if evidence is not None else [],
+    )
+
+
+def row(pred_id: str, gt_id: str, scope: str = "direct", reasoning: str = "same entity") -> MatchRow:
+    return MatchRow(pred_id=pred_id, gt_id=gt_id, match_scope=scope, reasoning=reasoning)
+
+
+def matching(rows=(), unmatched_pred=(), unmatched_gt=()) -> MatchingAnswer:
+    return MatchingAnswer(
+        matches=list(rows), unmatched_pred=list(unmatched_pred), unmatched_gt=list(unmatched_gt)
+    )
+
+
+def grading(entries: dict[tuple[str, str], list[tuple[str, str]]]) -> GradingStage:
+    """{(pred_id, gt_id): [(dimension, severity), ...]} -> a stored grading stage."""
+    return GradingStage(
+        pairs=list(entries),
+        errors_per_match=[
+            [{"dimension": d, "severity": s, "reasoning": f"{d} differs"} for d, s in errs]
+            for errs in entries.values()
+        ],
+    )
+
+
+def record(
+    pair_id: str,
+    gt: list[Finding],
+    pred: list[Finding],
+    match: MatchingAnswer,
+    grade: Optional[GradingStage] = None,
+    reference: str = "reference text",
+    candidate: str = "candidate text",
+    error: Optional[str] = None,
+) -> Record:
+    return Record(
+        pair_id=pair_id,
+        reference=reference,
+        candidate=candidate,
+        stages=Stages(
+            reference_findings=gt,
+            candidate_findings=pred,
+            matching=match,
+            grading=grade if grade is not None else GradingStage(),
+        ),
+        error=error,
+    )
+
+
+REFERENCE_FIG3 = (
+    "FINDINGS: New large right pleural effusion with underlying atelectasis. "
+    "Possible consolidation in the right lower lobe. Small left pleural effusion."
+)
+CANDIDATE_FIG3 = (
+    "FINDINGS: Large right pleural effusion, no significant change. Severe atelectasis. "
+    "Pneumonia cannot be excluded. Minimal interval increase of left pleural effusion."
+)
+
+
+def fig3_record(pair_id: str = "fig3") -> Record:
+    """The worked example of SCORING.md section 5 (paper Fig. 3b)."""
+    gt = [
+        f("gt_1", sig="urgent", comparison="new", evidence=["New large right pleural effusion"]),
+        f("gt_2", sig="notable", evidence=["underlying atelectasis"]),
+        f("gt_3", sig="urgent", evidence=["Possible consolidation in the right lower lobe"]),
+        f("gt_4", sig="notable", evidence=["Small left pleural effusion"]),
+    ]
+    pred = [
+        f("p_1", sig="urgent", comparison="stable", evidence=["Large right pleural effusion, no significant change"]),
+        f("p_2", sig="urgent", evidence=["Severe atelectasis"]),
+        f("p_3", sig="urgent", evidence=["Pneumonia cannot be excluded"]),
+        f("p_4", sig="notable", comparison="worsening", evidence=["Minimal interval increase of left pleural effusion"]),
+    ]
+    match = matching([row("p_1", "gt_1"), row("p_2", "gt_2"), row("p_3", "gt_3"), row("p_4", "gt_4")])
+    grade = grading(
+        {
+            ("p_1", "gt_1"): [],
+            ("p_2", "gt_2"): [("severity", "major")],
+            ("p_3", "gt_3"): [("certainty", "minor")],
+            ("p_4", "gt_4"): [("severity", "minor")],
+        }
+    )
+    return record(pair_id, gt, pred, match, grade, REFERENCE_FIG3, CANDIDATE_FIG3)
