@@ -44,7 +44,7 @@ def repair_matching(
     pred_set, gt_set = set(pred_ids), set(gt_ids)
 
     # Rule 1: drop rows with unknown ids; collapse duplicates keeping the strongest scope.
-    best: dict[tuple[str, str], str] = {}
+    scopes: dict[tuple[str, str], list[str]] = {}
     for row in sorted(matching.matches, key=lambda r: (id_key(r.pred_id), id_key(r.gt_id))):
         unknown = [i for i, ids in ((row.pred_id, pred_set), (row.gt_id, gt_set)) if i not in ids]
         if unknown:
@@ -52,16 +52,15 @@ def repair_matching(
                 f"dropped row {row.pred_id}-{row.gt_id}: unknown id {', '.join(unknown)}"
             )
             continue
-        pair = (row.pred_id, row.gt_id)
-        if pair in best:
-            kept = max(best[pair], row.match_scope, key=SCOPE_STRENGTH.__getitem__)
+        scopes.setdefault((row.pred_id, row.gt_id), []).append(row.match_scope)
+    best: dict[tuple[str, str], str] = {}
+    for pair, given in scopes.items():
+        best[pair] = max(given, key=SCOPE_STRENGTH.__getitem__)
+        if len(given) > 1:
+            listed = ", ".join(sorted(given, key=SCOPE_STRENGTH.__getitem__, reverse=True))
             repairs.append(
-                f"collapsed duplicate row {pair[0]}-{pair[1]} "
-                f"({best[pair]}, {row.match_scope}) into {kept}"
+                f"collapsed {len(given)} rows {pair[0]}-{pair[1]} ({listed}) into {best[pair]}"
             )
-            best[pair] = kept
-        else:
-            best[pair] = row.match_scope
 
     # Rule 3: scopes follow cardinality, counted over all surviving rows.
     pred_count = Counter(p for p, _ in best)

@@ -94,6 +94,7 @@ def _judge_errors(
 ) -> dict[tuple[str, str], list[UnitError]]:
     """Judge attribute errors by (pred_id, gt_id), dropping what the contract ignores."""
     found: dict[tuple[str, str], list[UnitError]] = {}
+    seen: set[tuple[str, str]] = set()
     pairs = grading.pairs if grading else []
     answers = grading.errors_per_match if grading else []
     for (pred_id, gt_id), entries in zip(pairs, answers):
@@ -103,10 +104,10 @@ def _judge_errors(
                 f"ignored grading of {pred_id}-{gt_id}: not a direct/aggregate row after repair"
             )
             continue
-        if key in found:
-            repairs.append(f"ignored a second grading entry for {pred_id}-{gt_id}")
-            continue
-        kept = []
+        kept = found.setdefault(key, [])
+        if key in seen:
+            repairs.append(f"row {pred_id}-{gt_id} was graded more than once: errors merged")
+        seen.add(key)
         for entry in entries:
             if entry.dimension not in JUDGE_DIMENSIONS or entry.severity not in SEVERITIES:
                 repairs.append(
@@ -114,17 +115,18 @@ def _judge_errors(
                     f"dimension {entry.dimension!r}, severity {entry.severity!r}"
                 )
                 continue
-            kept.append(
-                UnitError(
-                    dimension=entry.dimension,
-                    severity=entry.severity,
-                    source="judge",
-                    pred_id=pred_id,
-                    gt_id=gt_id,
-                    reasoning=entry.reasoning,
-                )
+            error = UnitError(
+                dimension=entry.dimension,
+                severity=entry.severity,
+                source="judge",
+                pred_id=pred_id,
+                gt_id=gt_id,
+                reasoning=entry.reasoning,
             )
-        found[key] = kept
+            if error not in kept:
+                kept.append(error)
+    for kept in found.values():  # canonical order: scores never depend on answer order
+        kept.sort(key=lambda e: (e.dimension, e.severity, e.reasoning))
     for pred_id, gt_id in sorted(strong_rows - set(found)):
         repairs.append(
             f"row {pred_id}-{gt_id} has no grading entry: scored on deterministic errors alone"

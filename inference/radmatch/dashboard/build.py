@@ -1,0 +1,378 @@
+"""Build the audit dashboard: one self-contained HTML page from a records file.
+
+The page is static: the records it needs are embedded as JSON in a non-executed
+`<script type="application/json">` block, and one inline script (allowed by its
+SHA-256 hash in the page's Content-Security-Policy) renders everything with
+`textContent`. Nothing is fetched when the page opens: report text is untrusted
+input and must never become markup or reach the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+import unicodedata
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
+
+from radmatch.records import BadLine, Record, iter_lines
+
+PathLike = Union[str, Path]
+
+TIER_ORDER = ("critical", "urgent", "notable", "routine")
+TRIAGE = frozenset({"critical", "urgent"})
+# bit flags of a unit's subsets, in SUBSETS order (normal, abnormal, comparison, measurement)
+SUBSET_BITS = {"normal": 1, "abnormal": 2, "comparison": 4, "measurement": 8}
+_ID_RE = re.compile(r"(?<![\w])((?:gt|p)_\d+)(?![\w])")
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+_JSON_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+# --------------------------------------------------------------------------- public
+
+
+def build_dashboard(
+    records_path: PathLike,
+    output_path: PathLike,
+    *,
+    compare_path: Optional[PathLike] = None,
+) -> dict[str, Any]:
+    """Write the dashboard for `records_path` to `output_path`.
+
+    With `compare_path` (records of the same pairs from another system or judge), the
+    page also shows the per-pair difference in actionable errors (compared minus main).
+
+    Lines that cannot be read are skipped (as `radmatch summary` does) and listed on
+    the page. Returns ``{"summary": <the corpus summary dict embedded, as
+    radmatch.corpus.summarize(...).to_dict()>, "compare_summary": <dict or None>,
+    "n_pairs": int, "bad_lines": [str], "output": str, "bytes": int}``.
+    """
+    from radmatch.corpus import summarize  # the corpus aggregation owns the numbers
+
+    records, bad = _read(records_path)
+    summary = summarize(records).to_dict()
+    latest = _last_by_pair(records)
+    pairs = [pair_view(r) for r in latest]
+
+    compare = None
+    compare_summary = None
+    if compare_path is not None:
+        other, bad_b = _read(compare_path)
+        bad += [f"{Path(compare_path).name}: {line}" for line in bad_b]
+        compare_summary = summarize(other).to_dict()
+        compare = _compare_block(pairs, _last_by_pair(other), compare_summary)
+        compare["label_a"], compare["label_b"] = _labels(records_path, compare_path)
+
+    data = {
+        "source": Path(records_path).name,
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "summary": summary,
+        "pairs": pairs,
+        "compare": compare,
+        "bad_lines": bad,
+    }
+    page = render_page(data, title=f"RadMatch audit: {Path(records_path).name}")
+    out = Path(output_path)
+    out.write_text(page, encoding="utf-8")
+    return {
+        "summary": summary,
+        "compare_summary": compare_summary,
+        "n_pairs": len(pairs),
+        "bad_lines": bad,
+        "output": str(out),
+        "bytes": len(page.encode("utf-8")),
+    }
+
+
+def render_page(data: dict[str, Any], *, title: str) -> str:
+    """Fill the template: inline style and script, CSP hashes, escaped JSON data."""
+    style = _asset("style.css")
+    script = _asset("app.js")
+    csp = "; ".join(
+        [
+            "default-src 'none'",
+            f"script-src '{_sha256(script)}'",
+            f"style-src '{_sha256(style)}'",
+            "img-src data:",
+            "font-src 'none'",
+            "connect-src 'none'",
+            "media-src 'none'",
+            "object-src 'none'",
+            "frame-src 'none'",
+            "worker-src 'none'",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
+    values = {
+        "CSP": html.escape(csp, quote=True),
+        "TITLE": html.escape(title, quote=True),
+        "STYLE": style,
+        "SCRIPT": script,
+        "DATA": embed_json(data),
+    }
+    # one pass: substituted text is never rescanned for placeholders
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], _asset("template.html"))
+
+
+def embed_json(data: Any) -> str:
+    """JSON safe inside `<script type="application/json">`: no `<`, `>`, `&`, U+2028/9."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return re.sub("[<>&\u2028\u2029]", lambda m: _JSON_ESCAPES[m.group(0)], text)
+
+
+# --------------------------------------------------------------------------- per pair
+
+
+def pair_view(record: Record) -> dict[str, Any]:
+    """What the page needs of one record: table fields plus the pair's detail."""
+    reference = unicodedata.normalize("NFC", record.reference)
+    candidate = unicodedata.normalize("NFC", record.candidate)
+    stages = record.stages
+    scores = record.scores
+    gt = list(stages.reference_findings or [])
+    pred = list(stages.candidate_findings or [])
+
+    units = _ordered_units(scores.units if scores else [], gt, pred)
+    unit_of = {fid: u["index"] for u in units for fid in u["gt_ids"] + u["pred_ids"]}
+    repairs = list(record.repairs)
+    for unit in units:
+        ids = set(unit["gt_ids"]) | set(unit["pred_ids"])
+        unit["repairs"] = [r for r in repairs if ids & set(_ID_RE.findall(r))]
+        unit["reasons"] = _row_reasons(record, unit["rows"])
+
+    findings = []
+    spans: dict[str, list[list[Any]]] = {"reference": [], "candidate": []}
+    for side, side_findings, text in (("reference", gt, reference), ("candidate", pred, candidate)):
+        claimed: set[tuple[int, int]] = set()
+        for f in side_findings:
+            located = locate_evidence(text, f.evidence, claimed)
+            spans[side].extend([s, e, f.id] for s, e in located)
+            findings.append(
+                {
+                    "id": f.id,
+                    "side": side,
+                    "text": f.text,
+                    "status": f.clinical_status,
+                    "significance": f.clinical_significance,
+                    "comparison": f.comparison,
+                    "measurements": [m.model_dump(mode="json") for m in f.measurements],
+                    "evidence": list(f.evidence),
+                    "located": bool(located),
+                    "unit": unit_of.get(f.id),
+                }
+            )
+
+    view: dict[str, Any] = {
+        "id": record.pair_id,
+        "study": record.study_id,
+        "modality": record.modality,
+        "error": record.error,
+        "scored": scores is not None,
+        "ae": scores.actionable_errors if scores else None,
+        "outcomes": dict(scores.outcomes) if scores else None,
+        "safety": (
+            {tier: ratio.model_dump(mode="json") for tier, ratio in scores.safety.items()}
+            if scores
+            else None
+        ),
+        "attribution": scores.attribution.model_dump(mode="json") if scores else None,
+        # one [outcome, tier, subset bits] per unit: what the table filters on
+        "sig": [[u["outcome"], u["tier"], u["subset_bits"]] for u in units],
+        "detail": {
+            "reference": reference,
+            "candidate": candidate,
+            "indication": record.indication,
+            "findings": findings,
+            "spans": spans,
+            "units": units,
+            "repairs": repairs,
+            "flags": list(record.flags),
+            "judge": {str(k): _scalar(v) for k, v in record.judge.items()},
+        },
+    }
+    return view
+
+
+def locate_evidence(
+    text: str, quotes: Iterable[str], claimed: Optional[set[tuple[int, int]]] = None
+) -> list[tuple[int, int]]:
+    """Character spans of `text` where each quote occurs.
+
+    Matching follows the attribution rule (SCORING.md section 5): NFC, collapsed
+    whitespace, case folding. A quote found more than once takes its first
+    occurrence not already `claimed` by another finding (then records it there).
+    """
+    norm, index = _normalized_with_map(unicodedata.normalize("NFC", text))
+    found = []
+    for quote in quotes:
+        q = " ".join(unicodedata.normalize("NFC", quote).split()).casefold()
+        if not q:
+            continue
+        first = None
+        pos = norm.find(q)
+        while pos != -1:
+            span = (index[pos], index[pos + len(q) - 1] + 1)
+            if first is None:
+                first = span
+            if claimed is None or span not in claimed:
+                first = span
+                break
+            pos = norm.find(q, pos + 1)
+        if first is not None:
+            found.append(first)
+            if claimed is not None:
+                claimed.add(first)
+    return found
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def _sha256(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return "sha256-" + base64.b64encode(digest).decode("ascii")
+
+
+def _normalized_with_map(text: str) -> tuple[str, list[int]]:
+    """Whitespace-collapsed, case-folded text and, per output char, its source index."""
+    out: list[str] = []
+    index: list[int] = []
+    in_space = False
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            if not in_space:
+                out.append(" ")
+                index.append(i)
+            in_space = True
+            continue
+        in_space = False
+        for c in ch.casefold():
+            out.append(c)
+            index.append(i)
+    return "".join(out), index
+
+
+def _read(path: PathLike) -> tuple[list[Record], list[str]]:
+    """Records of a JSONL file, and one message per line that could not be read.
+
+    Like `radmatch summary`, a bad line is skipped and reported, not fatal.
+    """
+    records: list[Record] = []
+    bad: list[str] = []
+    for line_no, item in iter_lines(path):
+        if isinstance(item, BadLine):
+            bad.append(f"line {line_no} skipped: {item.message}")
+        else:
+            records.append(item)
+    return records, bad
+
+
+def _last_by_pair(records: list[Record]) -> list[Record]:
+    """One record per pair_id, the last one (as the corpus summary counts them)."""
+    latest: dict[str, Record] = {}
+    for record in records:
+        latest.pop(record.pair_id, None)
+        latest[record.pair_id] = record
+    return list(latest.values())
+
+
+def _ordered_units(units: list[Any], gt: list[Any], pred: list[Any]) -> list[dict[str, Any]]:
+    """Units as dicts in reading order (by first reference finding, then candidate)."""
+    gt_pos = {f.id: i for i, f in enumerate(gt)}
+    pred_pos = {f.id: i for i, f in enumerate(pred)}
+    by_id = {f.id: f for f in gt + pred}
+    big = 10**6
+
+    def key(unit: Any) -> tuple[int, int, int]:
+        g = min((gt_pos.get(i, big) for i in unit.gt_ids), default=big)
+        p = min((pred_pos.get(i, big) for i in unit.pred_ids), default=big)
+        return (unit.kind == "generic", g, p)
+
+    out = []
+    for n, unit in enumerate(sorted(units, key=key), 1):
+        members = [by_id[i] for i in unit.gt_ids + unit.pred_ids if i in by_id]
+        bits = 0
+        if unit.kind != "generic" and members:
+            if any(f.clinical_status == "abnormal" for f in members):
+                bits |= SUBSET_BITS["abnormal"]
+            else:
+                bits |= SUBSET_BITS["normal"]
+            if any(f.comparison is not None for f in members):
+                bits |= SUBSET_BITS["comparison"]
+            if any(f.measurements for f in members):
+                bits |= SUBSET_BITS["measurement"]
+        item = unit.model_dump(mode="json")
+        item.update(index=n, subset_bits=bits)
+        out.append(item)
+    return out
+
+
+def _row_reasons(record: Record, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The judge's matching reasoning for each repaired row, keyed 'pred_id|gt_id'."""
+    matching = record.stages.matching
+    if matching is None:
+        return {}
+    wanted = {f"{r['pred_id']}|{r['gt_id']}" for r in rows}
+    reasons: dict[str, str] = {}
+    for row in matching.matches:
+        key = f"{row.pred_id}|{row.gt_id}"
+        if key in wanted and row.reasoning and key not in reasons:
+            reasons[key] = row.reasoning
+    return reasons
+
+
+def _compare_block(
+    pairs: list[dict[str, Any]], other: list[Record], summary_b: dict[str, Any]
+) -> dict[str, Any]:
+    """Attach `ae_b`/`delta` to each pair; count where the compared file does better."""
+    by_id = {r.pair_id: r for r in other}
+    ids_a = {p["id"] for p in pairs}
+    deltas = []
+    for pair in pairs:
+        rec = by_id.get(pair["id"])
+        ae_b = rec.scores.actionable_errors if rec is not None and rec.scores else None
+        pair["ae_b"] = ae_b
+        pair["in_b"] = rec is not None
+        pair["delta"] = ae_b - pair["ae"] if ae_b is not None and pair["ae"] is not None else None
+        if pair["delta"] is not None:
+            deltas.append(pair["delta"])
+    return {
+        "summary_b": summary_b,
+        "n_common": sum(1 for p in pairs if p["in_b"]),
+        "n_only_a": sum(1 for p in pairs if not p["in_b"]),
+        "n_only_b": sum(1 for pid in by_id if pid not in ids_a),
+        "n_compared": len(deltas),
+        "fewer": sum(1 for d in deltas if d < 0),
+        "more": sum(1 for d in deltas if d > 0),
+        "same": sum(1 for d in deltas if d == 0),
+        "mean_delta": sum(deltas) / len(deltas) if deltas else None,
+    }
+
+
+def _labels(a: PathLike, b: PathLike) -> tuple[str, str]:
+    pa, pb = Path(a), Path(b)
+    if pa.name != pb.name:
+        return pa.name, pb.name
+    return f"{pa.parent.name}/{pa.name}", f"{pb.parent.name}/{pb.name}"
+
+
+def _scalar(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)

@@ -1,0 +1,145 @@
+"""Property tests of the scoring core over random findings and judge answers."""
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import record
+from radmatch.recompute import score_record
+from radmatch.records import parse_record
+from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
+
+STATUS = st.sampled_from(["normal", "abnormal"])
+TIER = st.sampled_from(["critical", "urgent", "notable", "routine"])
+COMPARISON = st.sampled_from([None, "stable", "improving", "worsening", "new", "resolved"])
+MEASUREMENT = st.builds(
+    Measurement,
+    value=st.sampled_from([0, 0.5, 2, 2.4, 4.4, 10, 12, 15, 26, 55]),
+    unit=st.sampled_from([None, "mm", "cm", "hu", "pct", "%", "SUV"]),
+    category=st.sampled_from(["size", "count", "attenuation", "ratio", "other"]),
+    prior=st.booleans(),
+)
+
+
+def findings(prefix, n):
+    return st.tuples(
+        *[
+            st.builds(
+                Finding,
+                id=st.just(f"{prefix}_{i}"),
+                text=st.just(f"finding {i}."),
+                clinical_status=STATUS,
+                clinical_significance=TIER,
+                comparison=COMPARISON,
+                measurements=st.lists(MEASUREMENT, max_size=3),
+                evidence=st.lists(st.sampled_from(["finding", "absent quote", ""]), max_size=2),
+            )
+            for i in range(1, n + 1)
+        ]
+    ).map(list)
+
+
+@st.composite
+def pairs(draw):
+    n_gt = draw(st.integers(0, 6))
+    n_pred = draw(st.integers(0, 6))
+    gt = draw(findings("gt", n_gt))
+    pred = draw(findings("p", n_pred))
+    # ids occasionally out of range, to exercise the repairs
+    pred_ids = [f"p_{i}" for i in range(1, n_pred + 2)]
+    gt_ids = [f"gt_{i}" for i in range(1, n_gt + 2)]
+    rows = draw(
+        st.lists(
+            st.builds(
+                MatchRow,
+                pred_id=st.sampled_from(pred_ids),
+                gt_id=st.sampled_from(gt_ids),
+                reasoning=st.just("r"),
+                match_scope=st.sampled_from(["direct", "aggregate", "generic"]),
+            ),
+            max_size=8,
+        )
+    )
+    match = MatchingAnswer(
+        matches=rows,
+        unmatched_pred=draw(st.lists(st.sampled_from(pred_ids), max_size=3)),
+        unmatched_gt=draw(st.lists(st.sampled_from(gt_ids), max_size=3)),
+    )
+    graded = [(r.pred_id, r.gt_id) for r in rows]  # duplicates included
+    errors = [
+        draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "dimension": st.sampled_from(["location", "severity", "certainty", "bogus"]),
+                        "severity": st.sampled_from(["major", "minor"]),
+                        "reasoning": st.just("r"),
+                    }
+                ),
+                max_size=2,
+            )
+        )
+        for _ in graded
+    ]
+    grade = GradingStage(pairs=graded, errors_per_match=errors)
+    return record("prop", gt, pred, match, grade, "finding 1. finding 2.", "finding 1.")
+
+
+COMMON = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@COMMON
+@given(pairs())
+def test_recompute_is_idempotent(rec):
+    once = score_record(rec)
+    twice = score_record(parse_record(once.to_json()))
+    assert twice.to_json() == once.to_json()
+
+
+@COMMON
+@given(pairs())
+def test_every_finding_lands_in_exactly_one_unit(rec):
+    scores = score_record(rec).scores
+    seen = [i for u in scores.units for i in u.gt_ids + u.pred_ids]
+    all_ids = [f.id for f in rec.stages.reference_findings + rec.stages.candidate_findings]
+    assert sorted(seen) == sorted(all_ids)
+    generic = [u for u in scores.units if u.kind == "generic"]
+    assert all(len(u.gt_ids) + len(u.pred_ids) == 1 and u.outcome is None for u in generic)
+
+
+@COMMON
+@given(pairs())
+def test_matched_outcomes_count_the_matched_units(rec):
+    scores = score_record(rec).scores
+    matched = sum(u.kind == "matched" for u in scores.units)
+    o = scores.outcomes
+    assert o["cor"] + o["par"] + o["inc"] == matched
+    assert o["mis"] + o["spu"] + o["generic"] == len(scores.units) - matched
+    assert scores.actionable_errors == sum(
+        u.outcome in ("INC", "MIS", "SPU") and u.tier != "routine" for u in scores.units
+    )
+
+
+@COMMON
+@given(pairs(), st.randoms(use_true_random=False))
+def test_order_of_findings_and_rows_changes_no_score(rec, rnd: random.Random):
+    base = score_record(rec)
+    shuffled = rec.model_copy(deep=True)
+    st_ = shuffled.stages
+    rnd.shuffle(st_.reference_findings)
+    rnd.shuffle(st_.candidate_findings)
+    rnd.shuffle(st_.matching.matches)
+    rnd.shuffle(st_.matching.unmatched_pred)
+    rnd.shuffle(st_.matching.unmatched_gt)
+    for finding in st_.reference_findings + st_.candidate_findings:
+        rnd.shuffle(finding.measurements)
+    order = list(range(len(st_.grading.pairs)))
+    rnd.shuffle(order)
+    st_.grading = GradingStage(
+        pairs=[st_.grading.pairs[i] for i in order],
+        errors_per_match=[st_.grading.errors_per_match[i] for i in order],
+    )
+    again = score_record(shuffled)
+    assert again.scores == base.scores
+    assert sorted(again.repairs) == sorted(base.repairs)
