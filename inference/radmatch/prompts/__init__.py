@@ -39,9 +39,9 @@ from radmatch.schemas import (
 __all__ = [
     "ANSWER_MODELS",
     "FEWSHOT_ENV",
-    "FewshotError",
     "MODALITIES",
     "STAGES",
+    "FewshotError",
     "fewshot_dir",
     "load_exemplars",
     "load_instructions",

@@ -1,0 +1,365 @@
+"""Few-shot exemplars and stage instructions: shape, internal consistency, versioning, packaging."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from radmatch import prompts as P
+from radmatch.schemas import ExtractionAnswer, GradingAnswer, MatchingAnswer
+
+REPO = Path(__file__).resolve().parents[1]
+CELLS = [(m, s) for m in P.MODALITIES for s in P.STAGES]
+WORD_LIMITS = {"indication": 1200, "extract": 1800, "match": 1200, "grade": 1200}
+MAX_EXEMPLAR_CHARS = 3200  # about 700 SmolLM2 tokens of JSON
+
+
+@pytest.fixture(autouse=True)
+def _no_override(monkeypatch):
+    monkeypatch.delenv(P.FEWSHOT_ENV, raising=False)
+
+
+def _doc(modality: str, stage: str) -> dict:
+    return json.loads((P.fewshot_dir() / modality / f"{stage}.json").read_text(encoding="utf-8"))
+
+
+def _all(stage: str) -> list[dict]:
+    return [ex for m in P.MODALITIES for ex in P.load_exemplars(m, stage)]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_fewshot_dir_is_the_checkout_in_a_source_tree():
+    assert P.fewshot_dir().resolve() == (REPO / "fewshots").resolve()
+
+
+def test_no_stray_files():
+    found = {p.relative_to(P.fewshot_dir()).as_posix() for p in P.fewshot_dir().rglob("*.json")}
+    assert found == {f"{m}/{s}.json" for m, s in CELLS}
+
+
+@pytest.mark.parametrize(("modality", "stage"), CELLS)
+def test_file_validates_and_has_two_exemplars(modality, stage):
+    exemplars = P.load_exemplars(modality, stage)
+    assert len(exemplars) >= 2
+    doc = _doc(modality, stage)
+    assert doc["clinically_reviewed"] is False
+    assert doc["note"] == "Authored examples, not clinically reviewed."
+    assert set(doc) == {"modality", "stage", "clinically_reviewed", "note", "exemplars"}
+    for ex in exemplars:
+        P.ANSWER_MODELS[stage].model_validate(ex["output"])
+
+
+@pytest.mark.parametrize(("modality", "stage"), CELLS)
+def test_exemplars_are_short(modality, stage):
+    for ex in P.load_exemplars(modality, stage):
+        assert len(json.dumps(ex, ensure_ascii=False)) <= MAX_EXEMPLAR_CHARS
+
+
+@pytest.mark.parametrize("stage", P.STAGES)
+def test_instructions_exist_and_are_compact(stage):
+    text = P.load_instructions(stage)
+    assert text.startswith("# Stage:")
+    assert "## Output format" in text
+    assert len(text.split()) <= WORD_LIMITS[stage]
+
+
+def test_instructions_name_every_schema_field():
+    extract = P.load_instructions("extract")
+    for field in (
+        "text",
+        "clinical_status",
+        "clinical_significance",
+        "comparison",
+        "measurements",
+        "evidence",
+        "prior",
+        "value",
+        "unit",
+        "category",
+    ):
+        assert f'"{field}"' in extract, field
+    match = P.load_instructions("match")
+    for field in (
+        "matches",
+        "pred_id",
+        "gt_id",
+        "reasoning",
+        "match_scope",
+        "unmatched_pred",
+        "unmatched_gt",
+    ):
+        assert f'"{field}"' in match, field
+    grade = P.load_instructions("grade")
+    for field in ("errors_per_match", "dimension", "severity", "reasoning"):
+        assert f'"{field}"' in grade, field
+    assert '{"indication":' in P.load_instructions("indication")
+
+
+# --------------------------------------------------------------------------- per stage
+
+
+def test_indication_outputs_are_verbatim():
+    for ex in _all("indication"):
+        got = ex["output"]["indication"]
+        assert got == got.strip()
+        if got:
+            assert _norm(got) in _norm(ex["input"]["report"])
+    assert any(ex["output"]["indication"] == "" for ex in _all("indication"))
+    # a multi-line indication comes back joined by single spaces
+    assert any(
+        ex["output"]["indication"] and ex["output"]["indication"] not in ex["input"]["report"]
+        for ex in _all("indication")
+    )
+
+
+def test_extract_evidence_is_verbatim():
+    for ex in _all("extract"):
+        report = ex["input"]["report"]
+        for finding in ex["output"]["findings"]:
+            assert finding["evidence"], finding["text"]
+            for quote in finding["evidence"]:
+                assert quote and quote in report, quote
+            assert finding["text"].endswith(".")
+
+
+def test_extract_exemplars_show_each_rule():
+    answers = [
+        (ex["input"], ExtractionAnswer.model_validate(ex["output"])) for ex in _all("extract")
+    ]
+    findings = [(inp, f) for inp, a in answers for f in a.findings]
+    # merged FINDINGS + IMPRESSION mentions quote both
+    assert any(len(f.evidence) >= 2 for _, f in findings)
+    # split: one sentence quoted by two findings
+    assert any(
+        max(Counter(q for f in a.findings for q in f.evidence).values()) >= 2 for _, a in answers
+    )
+    # indication-promoted rule-out, and the same rule-out routine without indication
+    assert any(
+        inp["indication"]
+        and f.clinical_status == "normal"
+        and f.clinical_significance == "critical"
+        for inp, f in findings
+    )
+    assert any(
+        not inp["indication"]
+        and f.clinical_status == "normal"
+        and f.clinical_significance == "routine"
+        for inp, f in findings
+    )
+    # prior measurements, and every unit form the instructions name
+    assert any(m.prior for _, f in findings for m in f.measurements)
+    units = {m.unit for _, f in findings for m in f.measurements}
+    assert {"mm", "cm", "hu", None} <= units
+    assert {f.comparison for _, f in findings} >= {"stable", "improving", "worsening", "new"}
+    # a hedge is dropped: some report sentence is quoted by no finding
+    hedges = re.compile(r"not well|suboptimal|limited|obscured", re.IGNORECASE)
+    dropped = 0
+    for inp, a in answers:
+        quoted = " ".join(q for f in a.findings for q in f.evidence)
+        for sentence in re.split(r"(?<=\.)\s+", inp["report"]):
+            if hedges.search(sentence):
+                assert sentence.split(": ")[-1].strip() not in quoted
+                dropped += 1
+    assert dropped >= 3
+
+
+def _match_cells():
+    for m in P.MODALITIES:
+        for i, ex in enumerate(P.load_exemplars(m, "match")):
+            yield pytest.param(ex, id=f"{m}-{i}")
+
+
+@pytest.mark.parametrize("ex", list(_match_cells()))
+def test_match_exemplar_follows_the_contract(ex):
+    gt_ids = [f["finding_id"] for f in ex["input"]["gt_findings"]]
+    pred_ids = [f["finding_id"] for f in ex["input"]["pred_findings"]]
+    assert all(re.fullmatch(r"gt_\d+", i) for i in gt_ids)
+    assert all(re.fullmatch(r"p_\d+", i) for i in pred_ids)
+    assert len(set(gt_ids)) == len(gt_ids) and len(set(pred_ids)) == len(pred_ids)
+    answer = MatchingAnswer.model_validate(ex["output"])
+    rows = answer.matches
+    assert len({(r.pred_id, r.gt_id) for r in rows}) == len(rows)
+    matched_pred = {r.pred_id for r in rows}
+    matched_gt = {r.gt_id for r in rows}
+    assert matched_pred <= set(pred_ids) and matched_gt <= set(gt_ids)
+    for side, ids, matched, unmatched in (
+        ("pred", pred_ids, matched_pred, answer.unmatched_pred),
+        ("gt", gt_ids, matched_gt, answer.unmatched_gt),
+    ):
+        assert len(set(unmatched)) == len(unmatched), side
+        assert not matched & set(unmatched), side
+        assert matched | set(unmatched) == set(ids), side
+    pred_n = Counter(r.pred_id for r in rows)
+    gt_n = Counter(r.gt_id for r in rows)
+    for r in rows:
+        one_to_one = pred_n[r.pred_id] == 1 and gt_n[r.gt_id] == 1
+        assert (r.match_scope == "direct") == one_to_one, r
+        assert r.reasoning.strip() and r.reasoning.count(". ") == 0, r.reasoning
+
+
+def test_match_exemplars_cover_every_case():
+    rows, seen = [], Counter()
+    for ex in _all("match"):
+        answer = MatchingAnswer.model_validate(ex["output"])
+        pred = {f["finding_id"]: f for f in ex["input"]["pred_findings"]}
+        gt = {f["finding_id"]: f for f in ex["input"]["gt_findings"]}
+        pred_n = Counter(r.pred_id for r in answer.matches)
+        gt_n = Counter(r.gt_id for r in answer.matches)
+        for r in answer.matches:
+            rows.append(r)
+            seen[r.match_scope] += 1
+            if pred_n[r.pred_id] > 1:
+                seen["1:N"] += 1
+            if gt_n[r.gt_id] > 1:
+                seen["N:1"] += 1
+            if pred[r.pred_id]["clinical_status"] != gt[r.gt_id]["clinical_status"]:
+                seen["status_conflict"] += 1
+        # left vs right: a same-pathology pair on opposite sides stays unmatched
+        for p in answer.unmatched_pred:
+            for g in answer.unmatched_gt:
+                a, b = pred[p]["text"].lower(), gt[g]["text"].lower()
+                flipped = a.replace("left", "right") == b or a.replace("right", "left") == b
+                if flipped and a != b:
+                    seen["left_right"] += 1
+    for case in ("direct", "aggregate", "generic", "1:N", "N:1", "status_conflict"):
+        assert seen[case] >= 2, case
+    assert seen["left_right"] >= 2
+
+
+def test_grade_exemplars_align_and_cover_every_case():
+    seen = Counter()
+    for ex in _all("grade"):
+        pairs = ex["input"]["pairs"]
+        answer = GradingAnswer.model_validate(ex["output"])
+        assert len(answer.errors_per_match) == len(pairs)
+        for pair, errors in zip(pairs, answer.errors_per_match):
+            assert pair["pred_finding"]["finding_id"].startswith("p_")
+            assert pair["gt_finding"]["finding_id"].startswith("gt_")
+            if not errors:
+                seen["empty"] += 1
+            for e in errors:
+                seen[(e.dimension, e.severity)] += 1
+                seen[e.dimension] += 1
+                assert e.reasoning.strip()
+    for dim in ("location", "severity", "morphology", "certainty", "measurement"):
+        assert seen[dim] >= 2, dim
+    assert seen[("severity", "major")] and seen[("severity", "minor")]
+    assert seen[("location", "major")] and seen[("location", "minor")]
+    assert seen["empty"] >= 2
+
+
+# --------------------------------------------------------------------------- loader and version
+
+
+def test_bad_names_are_rejected():
+    with pytest.raises(ValueError, match="'modality' parameter of load_exemplars"):
+        P.load_exemplars("knee_mri", "extract")
+    with pytest.raises(ValueError, match="'stage' parameter of load_instructions"):
+        P.load_instructions("summarise")
+
+
+@pytest.fixture()
+def fewshot_copy(tmp_path, monkeypatch):
+    target = tmp_path / "fewshots"
+    shutil.copytree(REPO / "fewshots", target)
+    monkeypatch.setenv(P.FEWSHOT_ENV, str(target))
+    return target
+
+
+def test_override_dir_and_bad_exemplar_is_named(fewshot_copy):
+    assert P.fewshot_dir() == fewshot_copy
+    path = fewshot_copy / "head_ct" / "grade.json"
+    doc = json.loads(path.read_text())
+    doc["exemplars"][1]["output"]["errors_per_match"][0][0]["dimension"] = "laterality"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(P.FewshotError, match=r"head_ct/grade\.json: exemplar 1: output fails"):
+        P.load_exemplars("head_ct", "grade")
+
+
+def test_missing_override_dir_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv(P.FEWSHOT_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(P.FewshotError, match=P.FEWSHOT_ENV):
+        P.fewshot_dir()
+
+
+def test_prompt_version_is_stable_and_tracks_content(fewshot_copy):
+    versions = {(s, m): P.prompt_version(s, m) for m, s in CELLS}
+    assert all(re.fullmatch(r"v1-[0-9a-f]{12}", v) for v in versions.values())
+    assert len(set(versions.values())) == len(versions)
+    assert P.prompt_version("match", "chest_ct") == versions[("match", "chest_ct")]
+
+    path = fewshot_copy / "chest_ct" / "match.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps(doc, indent=None, sort_keys=True))  # formatting only
+    assert P.prompt_version("match", "chest_ct") == versions[("match", "chest_ct")]
+
+    doc["exemplars"][0]["output"]["matches"][0]["reasoning"] = "Changed."
+    path.write_text(json.dumps(doc))
+    assert P.prompt_version("match", "chest_ct") != versions[("match", "chest_ct")]
+    assert P.prompt_version("match", "head_ct") == versions[("match", "head_ct")]
+
+
+# --------------------------------------------------------------------------- packaging
+
+
+@pytest.mark.slow
+def test_installed_wheel_ships_prompts_and_exemplars(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
+        check=True,
+    )
+    (wheel,) = wheels.glob("radmatch-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for stage in P.STAGES:
+        assert f"radmatch/prompts/{stage}.md" in names
+        for modality in P.MODALITIES:
+            assert f"radmatch/fewshots/{modality}/{stage}.json" in names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    subprocess.run([py, "-m", "pip", "install", "-q", "pydantic>=2.7"], check=True)
+
+    script = textwrap.dedent(
+        """
+        import json, radmatch, radmatch.prompts as P
+        from pathlib import Path
+        pkg = Path(radmatch.__file__).resolve().parent
+        d = P.fewshot_dir().resolve()
+        assert d == pkg / "fewshots", (d, pkg)
+        n = sum(len(P.load_exemplars(m, s)) for m in P.MODALITIES for s in P.STAGES)
+        print(json.dumps({"pkg": str(pkg), "dir": str(d), "n": n,
+                          "v": P.prompt_version("extract", "chest_xray"),
+                          "chars": len(P.load_instructions("extract"))}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", P.FEWSHOT_ENV)}
+    run = tmp_path / "elsewhere"
+    run.mkdir()
+    out = subprocess.run(
+        [py, "-c", script], cwd=run, env=env, check=True, capture_output=True, text=True
+    )
+    got = json.loads(out.stdout)
+    assert Path(got["pkg"]).is_relative_to(venv.resolve())
+    assert not Path(got["dir"]).is_relative_to(REPO)
+    assert got["n"] == sum(len(P.load_exemplars(m, s)) for m, s in CELLS)
+    assert got["v"] == P.prompt_version("extract", "chest_xray")
+    assert got["chars"] == len(P.load_instructions("extract"))
