@@ -13,8 +13,13 @@ from typing import Any
 
 from radmatch.dashboard.build import build_dashboard, embed_json, locate_evidence
 
-__all__ = ["add_dashboard_parser", "build_dashboard", "embed_json", "locate_evidence",
-           "run_dashboard"]
+__all__ = [
+    "add_dashboard_parser",
+    "build_dashboard",
+    "embed_json",
+    "locate_evidence",
+    "run_dashboard",
+]
 
 
 def add_dashboard_parser(subparsers: Any) -> argparse.ArgumentParser:

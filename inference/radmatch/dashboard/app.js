@@ -49,7 +49,7 @@
     return digits === undefined ? String(x) : Number(x).toFixed(digits);
   }
   function signed(x) { return x === null || x === undefined ? "\u2014" : (x > 0 ? "+" : "") + x; }
-  function ci(pair) { return pair ? pct(pair[0]) + "\u2013" + pct(pair[1]) : "no data"; }
+  function ci(pair) { return pair ? (100 * pair[0]).toFixed(1) + "\u2013" + pct(pair[1]) : "no data"; }
   /* A number shown on the page, tagged with its path in the summary for checking. */
   function stat(key, value, text) {
     return el("span", { class: "stat", data: { key: key, value: JSON.stringify(value) } }, text);
@@ -136,7 +136,8 @@
     append(p.body, [bar, legend]);
     var a = S.attribution;
     if (a) {
-      append(p.body, el("h3", null, "Evidence attribution"), el("table", { class: "mini" },
+      append(p.body, [el("h3", null, "Evidence attribution",
+        el("span", { class: "hint" }, " findings whose quotes all occur in their report")), el("table", { class: "mini" },
         el("thead", null, el("tr", null, el("th", null, "side"), el("th", null, "attributed / findings"),
           el("th", null, "rate"), el("th", null, "95% CI"))),
         el("tbody", null, ["reference", "candidate"].map(function (side) {
@@ -146,7 +147,7 @@
               " / ", stat("attribution." + side + ".findings", s.findings, num(s.findings))),
             el("td", null, stat("attribution." + side + ".rate", s.rate, pct(s.rate))),
             el("td", { class: "muted" }, stat("attribution." + side + ".rate_ci", s.rate_ci, ci(s.rate_ci))));
-        }))));
+        })))]);
     }
     return p.node;
   }

@@ -15,17 +15,17 @@ import html
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from datetime import datetime, timezone
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any
 
 from radmatch.records import BadLine, Record, iter_lines
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 
-TIER_ORDER = ("critical", "urgent", "notable", "routine")
-TRIAGE = frozenset({"critical", "urgent"})
 # bit flags of a unit's subsets, in SUBSETS order (normal, abnormal, comparison, measurement)
 SUBSET_BITS = {"normal": 1, "abnormal": 2, "comparison": 4, "measurement": 8}
 _ID_RE = re.compile(r"(?<![\w])((?:gt|p)_\d+)(?![\w])")
@@ -46,7 +46,7 @@ def build_dashboard(
     records_path: PathLike,
     output_path: PathLike,
     *,
-    compare_path: Optional[PathLike] = None,
+    compare_path: PathLike | None = None,
 ) -> dict[str, Any]:
     """Write the dashboard for `records_path` to `output_path`.
 
@@ -116,7 +116,7 @@ def render_page(data: dict[str, Any], *, title: str) -> str:
         ]
     )
     values = {
-        "CSP": html.escape(csp, quote=True),
+        "CSP": csp,  # ours entirely; holds no double quote
         "TITLE": html.escape(title, quote=True),
         "STYLE": style,
         "SCRIPT": script,
@@ -147,10 +147,13 @@ def pair_view(record: Record) -> dict[str, Any]:
     units = _ordered_units(scores.units if scores else [], gt, pred)
     unit_of = {fid: u["index"] for u in units for fid in u["gt_ids"] + u["pred_ids"]}
     repairs = list(record.repairs)
+    repair_ids = [(r, set(_ID_RE.findall(r))) for r in repairs]
+    reasons = _row_reasons(record)
     for unit in units:
         ids = set(unit["gt_ids"]) | set(unit["pred_ids"])
-        unit["repairs"] = [r for r in repairs if ids & set(_ID_RE.findall(r))]
-        unit["reasons"] = _row_reasons(record, unit["rows"])
+        unit["repairs"] = [r for r, mentioned in repair_ids if ids & mentioned]
+        keys = (f"{row['pred_id']}|{row['gt_id']}" for row in unit["rows"])
+        unit["reasons"] = {k: reasons[k] for k in keys if k in reasons}
 
     findings = []
     spans: dict[str, list[list[Any]]] = {"reference": [], "candidate": []}
@@ -206,7 +209,7 @@ def pair_view(record: Record) -> dict[str, Any]:
 
 
 def locate_evidence(
-    text: str, quotes: Iterable[str], claimed: Optional[set[tuple[int, int]]] = None
+    text: str, quotes: Iterable[str], claimed: set[tuple[int, int]] | None = None
 ) -> list[tuple[int, int]]:
     """Character spans of `text` where each quote occurs.
 
@@ -249,7 +252,8 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(digest).decode("ascii")
 
 
-def _normalized_with_map(text: str) -> tuple[str, list[int]]:
+@lru_cache(maxsize=8)
+def _normalized_with_map(text: str) -> tuple[str, tuple[int, ...]]:
     """Whitespace-collapsed, case-folded text and, per output char, its source index."""
     out: list[str] = []
     index: list[int] = []
@@ -265,7 +269,7 @@ def _normalized_with_map(text: str) -> tuple[str, list[int]]:
         for c in ch.casefold():
             out.append(c)
             index.append(i)
-    return "".join(out), index
+    return "".join(out), tuple(index)
 
 
 def _read(path: PathLike) -> tuple[list[Record], list[str]]:
@@ -323,18 +327,13 @@ def _ordered_units(units: list[Any], gt: list[Any], pred: list[Any]) -> list[dic
     return out
 
 
-def _row_reasons(record: Record, rows: list[dict[str, Any]]) -> dict[str, str]:
-    """The judge's matching reasoning for each repaired row, keyed 'pred_id|gt_id'."""
-    matching = record.stages.matching
-    if matching is None:
-        return {}
-    wanted = {f"{r['pred_id']}|{r['gt_id']}" for r in rows}
+def _row_reasons(record: Record) -> dict[str, str]:
+    """The judge's matching reasoning per row as given, keyed 'pred_id|gt_id' (first wins)."""
     reasons: dict[str, str] = {}
-    for row in matching.matches:
-        key = f"{row.pred_id}|{row.gt_id}"
-        if key in wanted and row.reasoning and key not in reasons:
-            reasons[key] = row.reasoning
-    return reasons
+    matching = record.stages.matching
+    for row in matching.matches if matching is not None else []:
+        reasons.setdefault(f"{row.pred_id}|{row.gt_id}", row.reasoning)
+    return {k: v for k, v in reasons.items() if v}
 
 
 def _compare_block(

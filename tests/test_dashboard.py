@@ -1,0 +1,509 @@
+"""The audit dashboard (issue 6): page building, escaping, and a real headless browser.
+
+Browser tests drive Debian's chromium through selenium and the Debian chromedriver.
+They skip only when chromium is absent and CI is not set; in CI they must run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from radmatch.corpus import summarize
+from radmatch.dashboard import add_dashboard_parser, build_dashboard, embed_json, locate_evidence
+from radmatch.dashboard.build import _asset, _sha256
+
+sys.path.insert(0, str(Path(__file__).parent))
+import dashboard_fixtures as fx
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+
+# --------------------------------------------------------------------------- without a browser
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    base = tmp_path_factory.mktemp("dash")
+    records = fx.demo_records()
+    src = fx.write_records(base / "records.jsonl", records)
+    out = base / "report.html"
+    result = build_dashboard(src, out)
+    return {
+        "records": records,
+        "src": src,
+        "out": out,
+        "result": result,
+        "html": out.read_text("utf-8"),
+    }
+
+
+def _data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.DOTALL)
+    return json.loads(m.group(1))
+
+
+def test_build_returns_the_summary_it_embeds(demo):
+    expected = summarize(demo["records"]).to_dict()
+    assert demo["result"]["summary"] == expected
+    assert _data(demo["html"])["summary"] == expected
+    assert demo["result"]["n_pairs"] == len(demo["records"])
+
+
+def test_page_is_self_contained_with_a_strict_csp(demo):
+    html = demo["html"]
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
+    assert "default-src 'none'" in csp and "connect-src 'none'" in csp
+    assert f"script-src '{_sha256(_asset('app.js'))}'" in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
+    assert '<link rel="stylesheet"' not in html
+
+
+def test_untrusted_text_never_becomes_markup(demo):
+    html = demo["html"]
+    assert fx.XSS_IMG not in html and "<script>window.__pwned" not in html
+    assert html.count("<script") == 2 and html.count("</script>") == 2
+    data = _data(html)  # the escaped JSON still decodes to the exact text
+    hostile = next(p for p in data["pairs"] if p["id"] == "xss-<b>1</b>")
+    assert fx.XSS_IMG in hostile["detail"]["reference"]
+
+
+def test_embed_json_escapes_html_and_line_separators():
+    text = embed_json({"a": "</script><!-- & \u2028\u2029 >"})
+    assert not set("<>&\u2028\u2029") & set(text)
+    assert json.loads(text) == {"a": "</script><!-- & \u2028\u2029 >"}
+
+
+def test_app_js_never_writes_markup():
+    js = _asset("app.js")
+    for sink in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        "fetch(",
+        "XMLHttpRequest",
+    ):
+        assert sink not in js
+
+
+def test_locate_evidence_follows_the_attribution_rule():
+    text = "Heart size is normal.\nNo  pleural\teffusion. No PLEURAL effusion."
+    assert locate_evidence(text, ["no pleural effusion"]) == [(22, 42)]
+    claimed: set = set()
+    first = locate_evidence(text, ["No pleural effusion"], claimed)
+    second = locate_evidence(text, ["No pleural effusion"], claimed)
+    assert first != second and text[second[0][0] : second[0][1]] == "No PLEURAL effusion"
+    assert locate_evidence(text, ["absent quote", "  "]) == []
+
+
+def test_units_are_numbered_in_reading_order_and_carry_their_repairs(demo):
+    data = _data(demo["html"])
+    fig3a = next(p for p in data["pairs"] if p["id"] == "rexval-fig3-a")
+    units = fig3a["detail"]["units"]
+    assert [u["index"] for u in units] == list(range(1, len(units) + 1))
+    assert [u["gt_ids"] for u in units[:4]] == [["gt_1"], ["gt_2"], ["gt_3"], ["gt_4"]]
+    heart = units[2]
+    assert heart["repairs"] and all("gt_3" in r or "p_4" in r for r in heart["repairs"])
+    assert units[-1]["outcome"] == "SPU" and units[-1]["pred_ids"] == ["p_5"]
+
+
+def test_compare_gives_per_pair_differences(tmp_path):
+    a = fx.synthetic_corpus(12, seed=1)
+    b = fx.synthetic_corpus(12, seed=2)
+    src_a = fx.write_records(tmp_path / "a.jsonl", a)
+    src_b = fx.write_records(tmp_path / "b.jsonl", b)
+    result = build_dashboard(src_a, tmp_path / "cmp.html", compare_path=src_b)
+    assert result["compare_summary"] == summarize(b).to_dict()
+    data = _data((tmp_path / "cmp.html").read_text("utf-8"))
+    ae_b = {r.pair_id: r.scores.actionable_errors for r in b}
+    for pair in data["pairs"]:
+        assert pair["delta"] == ae_b[pair["id"]] - pair["ae"]
+    cmp = data["compare"]
+    assert cmp["fewer"] + cmp["more"] + cmp["same"] == cmp["n_compared"] == 12
+
+
+def test_cli_hook(tmp_path, demo):
+    parser = argparse.ArgumentParser(prog="radmatch")
+    add_dashboard_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["dashboard", str(demo["src"]), "-o", str(tmp_path / "r.html")])
+    assert args.func(args) == 0 and (tmp_path / "r.html").exists()
+
+
+def test_bad_lines_are_skipped_and_listed(tmp_path):
+    src = fx.write_records(tmp_path / "r.jsonl", [fx.fig3b()])
+    with open(src, "a", encoding="utf-8") as fh:
+        fh.write("{not json\n")
+    result = build_dashboard(src, tmp_path / "r.html")
+    assert result["n_pairs"] == 1 and len(result["bad_lines"]) == 1
+
+
+# --------------------------------------------------------------------------- in a browser
+
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None
+)
+CHROMEDRIVER = shutil.which("chromedriver") or (
+    "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
+)
+needs_browser = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
+    reason="chromium/chromedriver not installed (apt-get install chromium chromium-driver)",
+)
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--window-size=1600,1100",
+]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    webdriver = (
+        pytest.importorskip("selenium.webdriver")
+        if not os.environ.get("CI")
+        else __import__("selenium.webdriver", fromlist=["webdriver"])
+    )
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def open_page(driver, path: Path, timeout: float = 30.0) -> float:
+    """Open the page from disk; drain earlier logs first; return seconds until ready."""
+    driver.get("about:blank")
+    driver.get_log("performance")
+    driver.get_log("browser")
+    start = time.perf_counter()
+    driver.get(path.resolve().as_uri())
+    while driver.execute_script("return document.documentElement.dataset.ready") != "1":
+        if time.perf_counter() - start > timeout:
+            raise AssertionError(f"page not ready after {timeout} s: {driver.get_log('browser')}")
+        time.sleep(0.02)
+    return time.perf_counter() - start
+
+
+def requests_seen(driver) -> list[str]:
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] in ("Network.requestWillBeSent", "Network.webSocketCreated"):
+            urls.append(msg["params"].get("request", {}).get("url") or msg["params"].get("url"))
+    return urls
+
+
+def table_ids(driver) -> list[str]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#pairs-body tr[data-pair-id]')].map(r => r.dataset.pairId)"
+    )
+
+
+def column(driver, col: str) -> list[str]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#pairs-body td[data-col=\"' + arguments[0] + '\"]')]"
+        ".map(td => td.textContent)",
+        col,
+    )
+
+
+def shown_count(driver) -> int:
+    return int(driver.execute_script("return document.getElementById('pairs-panel').dataset.count"))
+
+
+def set_filter(driver, element_id: str, value: str) -> None:
+    driver.execute_script(
+        "const e = document.getElementById(arguments[0]); e.value = arguments[1];"
+        "e.dispatchEvent(new Event(e.tagName === 'INPUT' ? 'input' : 'change'));",
+        element_id,
+        value,
+    )
+    if element_id == "f-search":
+        time.sleep(0.3)  # the search box is debounced
+
+
+def reset_filters(driver) -> None:
+    for element_id in ("f-outcome", "f-tier", "f-subset", "f-search"):
+        set_filter(driver, element_id, "")
+
+
+def screenshot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1600, min(max(height + 40, 900), 6000))
+    path = ARTIFACTS / name
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1600, 1100)
+    return path
+
+
+def radmatch_summary_json(path: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "radmatch.cli", "summary", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout)
+
+
+def lookup(summary: dict, key: str):
+    node = summary
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+@pytest.mark.browser
+@needs_browser
+def test_corpus_numbers_equal_radmatch_summary(browser, demo):
+    open_page(browser, demo["out"])
+    expected = radmatch_summary_json(demo["src"])
+    shown = browser.execute_script(
+        "return [...document.querySelectorAll('#corpus [data-key]')]"
+        ".map(e => [e.dataset.key, JSON.parse(e.dataset.value), e.textContent])"
+    )
+    keys = {k for k, _, _ in shown}
+    required = {"n_pairs", "n_failed", "mean_actionable_errors", "actionable_errors"}
+    required |= {f"outcomes.{k}" for k in ("cor", "par", "inc", "mis", "spu", "generic")}
+    required |= {
+        f"safety.{t}.{q}{s}"
+        for t in ("triage", "actionable", "all")
+        for q in ("precision", "recall")
+        for s in ("", "_ci", "_num", "_den")
+    }
+    required |= {
+        f"subsets.{s}.actionable_errors"
+        for s in ("normal", "abnormal", "comparison", "measurement")
+    }
+    required |= {
+        f"attributes.{d}.{lvl}"
+        for d in (
+            "status",
+            "comparison",
+            "measurement",
+            "location",
+            "severity",
+            "morphology",
+            "certainty",
+        )
+        for lvl in ("none", "minor", "major")
+    }
+    assert required <= keys
+    for key, value, text in shown:
+        assert value == lookup(expected, key), key
+    # and the text a reader sees is that value
+    text_of = {k: t for k, _, t in shown}
+    assert text_of["n_pairs"] == str(expected["n_pairs"])
+    assert text_of["mean_actionable_errors"] == f"{expected['mean_actionable_errors']:.2f}"
+    assert text_of["safety.triage.recall"] == f"{100 * expected['safety']['triage']['recall']:.1f}%"
+    screenshot(browser, "dashboard-corpus.png")
+
+
+@pytest.mark.browser
+@needs_browser
+def test_filtering_and_sorting_change_the_table(browser, demo):
+    open_page(browser, demo["out"])
+    records = demo["records"]
+    assert shown_count(browser) == len(records)
+
+    def expect(pred):
+        return sum(1 for r in records if r.scores and any(pred(u) for u in r.scores.units))
+
+    set_filter(browser, "f-outcome", "MIS")
+    assert shown_count(browser) == expect(lambda u: u.outcome == "MIS") > 0
+    set_filter(browser, "f-tier", "urgent")
+    n = expect(lambda u: u.outcome == "MIS" and u.tier == "urgent")
+    assert shown_count(browser) == n and len(table_ids(browser)) == n
+    reset_filters(browser)
+
+    set_filter(browser, "f-subset", "4")  # comparison
+    with_cmp = sum(
+        1
+        for r in records
+        if r.scores
+        and sum(v for k, v in r.scores.subsets["comparison"].items() if k != "actionable_errors")
+    )
+    assert shown_count(browser) == with_cmp
+    reset_filters(browser)
+
+    set_filter(browser, "f-outcome", "failed")
+    assert table_ids(browser) == ["failed-001"]
+    reset_filters(browser)
+
+    set_filter(browser, "f-search", "FEEDING tube")
+    assert table_ids(browser) == ["rexval-fig3-a"]
+    set_filter(browser, "f-search", "no pair holds this text")
+    assert table_ids(browser) == []
+    reset_filters(browser)
+
+    # default: most actionable errors first
+    ae = [int(x) for x in column(browser, "ae") if x != "\u2014"]
+    assert ae == sorted(ae, reverse=True) and ae[0] == max(
+        r.scores.actionable_errors for r in records if r.scores
+    )
+    browser.find_element("css selector", 'th[data-col="triage_recall"]').click()
+    header = browser.find_element("css selector", 'th[data-col="triage_recall"]')  # re-rendered
+    assert header.get_attribute("aria-sort") == "ascending"
+    recalls = column(browser, "triage_recall")
+    values = [float(x.rstrip("%")) for x in recalls if x != "\u2014"]
+    assert values == sorted(values)
+    assert all(x == "\u2014" for x in recalls[len(values) :])  # undefined recall sorts last
+    browser.find_element("css selector", 'th[data-col="triage_recall"]').click()
+    values = [float(x.rstrip("%")) for x in column(browser, "triage_recall") if x != "\u2014"]
+    assert values == sorted(values, reverse=True)
+
+
+@pytest.mark.browser
+@needs_browser
+def test_opening_a_pair_shows_its_units_and_highlights(browser, demo):
+    open_page(browser, demo["out"])
+    set_filter(browser, "f-search", "rexval-fig3-b")
+    browser.find_element("css selector", '#pairs-body tr[data-pair-id="rexval-fig3-b"] a').click()
+    assert browser.execute_script("return document.documentElement.dataset.view") == "pair"
+    view = browser.find_element("id", "view-pair")
+    assert view.get_attribute("data-pair-id") == "rexval-fig3-b"
+    cards = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair article.unit')].map(a => "
+        "[a.dataset.unit, a.querySelector('.pill').textContent, a.querySelector('.tier').textContent,"
+        " [...a.querySelectorAll('table.errors tbody tr')].map(tr => [...tr.cells].map(c => c.textContent))])"
+    )
+    assert [c[1] for c in cards] == ["INC", "INC", "PAR", "PAR"]
+    assert cards[0][3] == [
+        ["comparison", "major", "deterministic", "p_1 \u2194 gt_1", "comparison new -> stable"]
+    ] or cards[0][3][0][:3] == ["comparison", "major", "deterministic"]
+    assert cards[1][3][0][:3] == ["severity", "major", "judge"]
+    assert "overstated" in cards[1][3][0][4]
+    marks = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair mark.hl')].map(m => "
+        "[m.closest('[data-side]').dataset.side, m.dataset.fid, m.dataset.unit, m.className, m.textContent])"
+    )
+    by_fid = {fid: (side, unit, cls, text) for side, fid, unit, cls, text in marks}
+    assert len(by_fid) == 8
+    assert by_fid["gt_1"][3] == "New large right-sided pleural effusion"
+    for g, p in (("gt_1", "p_1"), ("gt_2", "p_2"), ("gt_3", "p_3"), ("gt_4", "p_4")):
+        assert by_fid[g][1] == by_fid[p][1]  # matched findings share an index
+        assert by_fid[g][2] == by_fid[p][2]  # and a colour
+    assert "o-inc" in by_fid["gt_1"][2] and "o-par" in by_fid["gt_4"][2]
+    sups = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair .report-text sup.idx')].map(s => s.textContent)"
+    )
+    assert sups == ["1\u25b2", "2", "3\u25b2", "4", "1\u25b2", "2\u25b2", "3\u25b2", "4"]
+    screenshot(browser, "dashboard-pair.png")
+
+    # repairs: Fig. 3a's heart row was labelled aggregate 1:1 and repaired to direct
+    browser.execute_script("location.hash = '#/pair/rexval-fig3-a'")
+    time.sleep(0.2)
+    repairs = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair article.unit .unit-repairs li')].map(l => l.textContent)"
+    )
+    assert repairs and any("gt_3" in r for r in repairs)
+    browser.find_element("css selector", ".pair-nav a.back").click()
+    assert browser.execute_script("return document.documentElement.dataset.view") == "corpus"
+
+
+@pytest.mark.browser
+@needs_browser
+def test_hostile_report_executes_nothing_and_nothing_leaves_the_page(browser, demo):
+    open_page(browser, demo["out"])
+    title = browser.title
+    set_filter(browser, "f-search", "onerror")
+    assert table_ids(browser) == ["xss-<b>1</b>"]
+    browser.find_element("css selector", "#pairs-body tr a").click()
+    time.sleep(0.3)
+    state = browser.execute_script(
+        "return {pwned: window.__pwned === undefined ? null : window.__pwned, title: document.title,"
+        " imgs: document.images.length, scripts: document.scripts.length,"
+        " bold: document.querySelectorAll('main b:not(.indication b):not(.error-box b)').length,"
+        " h1: document.querySelector('#view-pair h1').textContent,"
+        " ref: document.querySelector('[data-side=reference]').textContent,"
+        " ind: document.querySelector('.indication').textContent}"
+    )
+    assert state["pwned"] is None and state["title"] == title and "pwned" not in title
+    assert state["imgs"] == 0 and state["scripts"] == 2 and state["bold"] == 0
+    assert state["h1"] == "xss-<b>1</b>"
+    assert fx.XSS_IMG in state["ref"] and fx.XSS_SCRIPT in state["ref"]
+    assert fx.XSS_SCRIPT in state["ind"]
+    # the highlight of the hostile quote is there, as text
+    marks = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair mark.hl')].map(m => m.textContent)"
+    )
+    assert any(fx.XSS_IMG in m for m in marks)
+    page_url = demo["out"].resolve().as_uri()
+    urls = requests_seen(browser)
+    assert urls and all(u.split("#")[0] == page_url for u in urls), urls
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+@pytest.mark.browser
+@needs_browser
+def test_five_thousand_pairs_open_and_filter_quickly(browser, tmp_path):
+    t0 = time.perf_counter()
+    records = fx.synthetic_corpus(5000, seed=3, failed_every=97)
+    src = fx.write_records(tmp_path / "big.jsonl", records)
+    t1 = time.perf_counter()
+    result = build_dashboard(src, tmp_path / "big.html")
+    t2 = time.perf_counter()
+    load = open_page(browser, tmp_path / "big.html")
+    assert shown_count(browser) == 5000
+    assert len(table_ids(browser)) == 100  # one page of rows, not 5,000
+    s = time.perf_counter()
+    set_filter(browser, "f-outcome", "INC")
+    n_inc = shown_count(browser)
+    t_filter = time.perf_counter() - s
+    s = time.perf_counter()
+    browser.find_element("css selector", 'th[data-col="triage_recall"]').click()
+    t_sort = time.perf_counter() - s
+    s = time.perf_counter()
+    browser.execute_script(
+        "const e = document.getElementById('f-search'); e.value = 'pneumothorax';"
+        "e.dispatchEvent(new Event('input'));"
+    )
+    while browser.execute_script(
+        "return document.getElementById('pairs-panel').dataset.count"
+    ) == str(n_inc):
+        time.sleep(0.01)
+    t_search = time.perf_counter() - s  # includes the 120 ms debounce and building the search index
+    browser.find_element("id", "next").click()
+    assert "page 2" in browser.find_element("id", "page-info").text
+    timings = {
+        "records_generated_s": round(t1 - t0, 2),
+        "build_s": round(t2 - t1, 2),
+        "html_mb": round(result["bytes"] / 1e6, 1),
+        "open_s": round(load, 2),
+        "filter_s": round(t_filter, 3),
+        "sort_s": round(t_sort, 3),
+        "search_s": round(t_search, 3),
+    }
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "dashboard-5000-timing.json").write_text(json.dumps(timings, indent=2))
+    print("5,000 pairs:", timings)
+    assert load < 10 and t_filter < 10 and t_sort < 10 and t_search < 10
