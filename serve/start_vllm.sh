@@ -1,0 +1,486 @@
+#!/usr/bin/env bash
+# RadMatch judge: vLLM's OpenAI-compatible server on this workstation, with
+# Gemma 4 quantised online to FP8, offline, without telemetry.
+#
+# Usage:
+#   serve/start_vllm.sh [options]                start the judge (foreground)
+#   serve/start_vllm.sh --dry-run [options]      print the command and environment only
+#   serve/start_vllm.sh --check-only [--url URL] [--api-key-file F] [--model NAME]
+#                                                check an already running judge
+#
+# Options (environment variable in brackets):
+#   --profile NAME       model profile from the table below [RADMATCH_PROFILE]
+#   --model-dir DIR      local weights folder; default: the profile's model in
+#                        the local Hugging Face cache [RADMATCH_MODEL_DIR]
+#   --host ADDR          bind address (default 127.0.0.1) [RADMATCH_HOST]
+#   --port N             port (default 8000) [RADMATCH_PORT]
+#   --served-name NAME   model name clients ask for (default radmatch-judge) [RADMATCH_MODEL]
+#   --api-key-file F     file holding the API key; created (mode 0600) when the
+#                        server binds beyond loopback and no key is given
+#                        [RADMATCH_API_KEY_FILE; the key itself: RADMATCH_API_KEY]
+#   --tp N               tensor parallelism (default: from the GPUs found)
+#   --max-model-len N    context per request (default 16384) [RADMATCH_MAX_MODEL_LEN]
+#   --log-file F         server log [RADMATCH_LOG_FILE]
+#                        (default ~/.local/state/radmatch/radmatch-judge.log)
+#   --url URL            with --check-only: the server (default http://127.0.0.1:8000)
+#   -h, --help
+#
+# Other environment: VLLM_PYTHON (the python that has vllm; default serve/.venv,
+# else python3), GPU_MEMORY_UTILIZATION (default 0.92), HF_HOME / HF_HUB_CACHE.
+#
+# Exit codes: 0 ready (or dry run printed); 2 usage; 3 the GPUs cannot hold the
+# profile; 4 weights not found; 5 the server did not come up; 6 it came up but
+# failed the readiness check (see serve/check_judge.py for its own codes).
+set -euo pipefail
+
+# ---- Model profiles --------------------------------------------------------
+# name | Hugging Face id | weights MiB | KV floor MiB | description
+#   weights: held on the GPUs after online FP8 quantisation (FP8 linear layers,
+#            BF16 embedding), summed over all GPUs; split evenly by tensor parallelism.
+#   KV floor: the least FP8 KV cache worth serving with (a few concurrent
+#            RadMatch calls at --max-model-len); also split by tensor parallelism.
+# gemma4-31b: 28.7 GB FP8 linear weights + 2.8 GB BF16 embedding = 31.5 GB = 30041 MiB.
+# gemma4-26b-a4b: estimated from ~25.2 B parameters at one byte plus a BF16
+#            embedding; check "Model loading took ... GiB" in the log on first start.
+readonly PROFILES="
+gemma4-31b      google/gemma-4-31B-it      30041  4096  Gemma 4 31B dense, the paper's open judge (default)
+gemma4-26b-a4b  google/gemma-4-26B-A4B-it  24800  2048  Gemma 4 26B-A4B MoE, smaller fallback (agreement not validated)
+"
+readonly DEFAULT_PROFILE=gemma4-31b
+readonly RUNTIME_RESERVE_MIB=1536  # per GPU: activations, CUDA graphs, NCCL buffers
+readonly TP_CHOICES=(1 2 4 8)
+
+# RadMatch sends four calls per pair, 17-33k input tokens in all (paper, Tab. 6):
+# one call is at most ~12k input tokens (instructions + exemplars + the pair),
+# plus a few thousand output tokens when Gemma 4 thinks. 16384 = 12k + 4k; the
+# client measures each prompt and drops exemplars if one would not fit.
+readonly DEFAULT_MAX_MODEL_LEN=16384
+readonly DEFAULT_SERVED_NAME=radmatch-judge
+readonly HEALTH_TIMEOUT_S=${RADMATCH_HEALTH_TIMEOUT_S:-1800}  # loading 31B + compiling
+
+SERVE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly SERVE_DIR
+
+# ---- Settings (from options, then environment, then defaults) ---------------
+MODE=start
+PROFILE=${RADMATCH_PROFILE:-$DEFAULT_PROFILE}
+MODEL_DIR=${RADMATCH_MODEL_DIR:-}
+HOST=${RADMATCH_HOST:-127.0.0.1}
+PORT=${RADMATCH_PORT:-8000}
+SERVED_NAME=${RADMATCH_MODEL:-$DEFAULT_SERVED_NAME}
+API_KEY_FILE=${RADMATCH_API_KEY_FILE:-}
+TP=""
+MAX_MODEL_LEN=${RADMATCH_MAX_MODEL_LEN:-$DEFAULT_MAX_MODEL_LEN}
+LOG_FILE=${RADMATCH_LOG_FILE:-}
+CHECK_URL=""
+GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
+
+# Filled in by the functions below.
+PROFILE_ID="" PROFILE_WEIGHTS_MIB=0 PROFILE_KV_MIB=0 PROFILE_DESC=""
+GPU_COUNT=0 GPU_MIN_MIB=0 GPU_NAME="" GPU_PROBLEM=""
+API_KEY="" API_KEY_SOURCE=""
+SERVER_PID=""
+CMD=()
+SERVER_ENV=()
+
+# ---- Helpers ----------------------------------------------------------------
+# The header comment above, up to `set -euo pipefail`, without its "# ".
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
+
+log() {
+    local line
+    line="[radmatch-judge] $*"
+    printf '%s\n' "$line" >&2
+    if [[ -n $LOG_FILE && -d $(dirname "$LOG_FILE") ]]; then
+        printf '%s %s\n' "$(date '+%F %T')" "$line" >>"$LOG_FILE"
+    fi
+}
+
+die() {
+    local code=$1
+    shift
+    log "error: $*"
+    exit "$code"
+}
+
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+ceil_div() { echo $((($1 + $2 - 1) / $2)); }
+
+# Usable MiB of a GPU of $1 MiB under the memory-utilisation fraction.
+usable_mib() { awk -v m="$1" -v u="$GPU_UTIL" 'BEGIN { printf "%d", m * u }'; }
+
+is_loopback() {
+    case $1 in
+        127.* | localhost | ::1 | "[::1]") return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+# Never print a key: its length and a short fingerprint are enough to tell keys apart.
+mask_key() {
+    local fp
+    fp=$(printf '%s' "$1" | sha256sum | cut -c1-8)
+    printf '***(%d chars, sha256 %s)' "${#1}" "$fp"
+}
+
+# ---- Profiles ---------------------------------------------------------------
+profile_names() { awk 'NF { print $1 }' <<<"$PROFILES"; }
+
+load_profile() {
+    local name id weights kv desc
+    while read -r name id weights kv desc; do
+        if [[ $name == "$1" ]]; then
+            PROFILE_ID=$id PROFILE_WEIGHTS_MIB=$weights PROFILE_KV_MIB=$kv PROFILE_DESC=$desc
+            return 0
+        fi
+    done <<<"$PROFILES"
+    die 2 "unknown profile '$1' (profiles: $(profile_names | tr '\n' ' '))"
+}
+
+# Per-GPU need in MiB for weights $1 and KV floor $2 at tensor parallelism $3.
+need_per_gpu_mib() {
+    echo $(($(ceil_div "$1" "$3") + RUNTIME_RESERVE_MIB + $(ceil_div "$2" "$3")))
+}
+
+# ---- GPUs -------------------------------------------------------------------
+# Reads `nvidia-smi --query-gpu=name,memory.total` (MiB), restricted to
+# CUDA_VISIBLE_DEVICES when that lists indices. Sets GPU_COUNT, GPU_MIN_MIB, GPU_NAME.
+detect_gpus() {
+    local out index=0 name mem visible=",${CUDA_VISIBLE_DEVICES:-},"
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        GPU_PROBLEM="nvidia-smi not found (no NVIDIA driver on this machine?)"
+        return 0
+    fi
+    if ! out=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits 2>&1); then
+        GPU_PROBLEM="nvidia-smi failed: $(head -n 1 <<<"$out")"
+        return 0
+    fi
+    while IFS=, read -r name mem; do
+        mem=${mem//[[:space:]]/}
+        is_uint "$mem" || continue
+        if [[ ${CUDA_VISIBLE_DEVICES:-} =~ ^[0-9,]+$ && $visible != *",$index,"* ]]; then
+            index=$((index + 1))
+            continue
+        fi
+        index=$((index + 1))
+        GPU_COUNT=$((GPU_COUNT + 1))
+        if ((GPU_MIN_MIB == 0 || mem < GPU_MIN_MIB)); then
+            GPU_MIN_MIB=$mem
+            GPU_NAME=$(sed 's/^[[:space:]]*//; s/[[:space:]]*$//' <<<"$name")
+        fi
+    done <<<"$out"
+    ((GPU_COUNT > 0)) || GPU_PROBLEM="nvidia-smi lists no usable GPU"
+}
+
+# The memory arithmetic of the current profile at tensor parallelism $1.
+explain_memory() {
+    local tp=$1 usable
+    usable=$(usable_mib "$GPU_MIN_MIB")
+    cat <<EOF
+  memory per GPU at tensor parallelism $tp:
+    FP8 weights     $PROFILE_WEIGHTS_MIB MiB / $tp = $(ceil_div "$PROFILE_WEIGHTS_MIB" "$tp") MiB
+    runtime         $RUNTIME_RESERVE_MIB MiB (activations, CUDA graphs, NCCL)
+    KV cache floor  $PROFILE_KV_MIB MiB / $tp = $(ceil_div "$PROFILE_KV_MIB" "$tp") MiB
+    needed          $(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp") MiB
+    usable          $usable MiB ($GPU_UTIL x $GPU_MIN_MIB MiB)
+EOF
+}
+
+# Why the profile does not fit, and what would.
+alternatives() {
+    local tp need usable other id weights kv desc
+    usable=$(usable_mib "$GPU_MIN_MIB")
+    echo "  alternatives:"
+    for tp in "${TP_CHOICES[@]}"; do
+        ((tp > GPU_COUNT)) || continue
+        need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp")
+        if ((need <= usable)); then
+            echo "    - more GPUs: $tp x $GPU_MIN_MIB MiB GPUs (tensor parallelism $tp) need $need MiB each, which fits;"
+            break
+        fi
+    done
+    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" 1)
+    echo "    - a larger GPU: one with at least $(awk -v n="$need" -v u="$GPU_UTIL" \
+        'BEGIN { printf "%d", n / u + 0.999 }') MiB (e.g. a 48 GB or 80 GB card);"
+    while read -r other id weights kv desc; do
+        [[ -n $other && $other != "$PROFILE" ]] || continue
+        for tp in "${TP_CHOICES[@]}"; do
+            ((tp <= GPU_COUNT)) || break
+            need=$(need_per_gpu_mib "$weights" "$kv" "$tp")
+            if ((need <= usable)); then
+                echo "    - a smaller profile: --profile $other ($desc) needs $need MiB per GPU at tensor parallelism $tp and fits here;"
+                break
+            fi
+        done
+    done <<<"$PROFILES"
+    echo "    - or run the judge on another workstation and point RADMATCH_BASE_URL at it."
+}
+
+# Largest power of two <= the GPU count, or --tp; refuses when the GPUs cannot hold it.
+choose_tp() {
+    local tp=1 candidate need usable
+    if ((GPU_COUNT == 0)); then
+        die 3 "no GPU: $GPU_PROBLEM.
+  $PROFILE ($PROFILE_DESC) needs NVIDIA GPUs: $PROFILE_WEIGHTS_MIB MiB of FP8 weights plus
+  $RUNTIME_RESERVE_MIB MiB runtime and a $PROFILE_KV_MIB MiB KV cache floor (e.g. two 32 GB or one 48 GB GPU).
+  Run this script on the GPU workstation. To try the client without a GPU, see
+  scripts/setup_vllm_cpu.sh (CPU vLLM with a tiny model: structure only, not clinical quality)."
+    fi
+    if [[ -n $TP ]]; then
+        tp=$TP
+        ((tp <= GPU_COUNT)) || die 2 "--tp $tp but only $GPU_COUNT GPU(s) found"
+    else
+        for candidate in "${TP_CHOICES[@]}"; do
+            ((candidate <= GPU_COUNT)) && tp=$candidate
+        done
+    fi
+    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp")
+    usable=$(usable_mib "$GPU_MIN_MIB")
+    if ((need > usable)); then
+        die 3 "refusing to start: $PROFILE does not fit on $GPU_COUNT x $GPU_NAME ($GPU_MIN_MIB MiB) at tensor parallelism $tp.
+$(explain_memory "$tp")
+$(alternatives)"
+    fi
+    TP=$tp
+}
+
+# ---- Weights ----------------------------------------------------------------
+# --model-dir, else the profile's snapshot in the local Hugging Face cache.
+resolve_model_dir() {
+    local hub repo rev snap
+    if [[ -z $MODEL_DIR ]]; then
+        hub=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}
+        repo="$hub/models--${PROFILE_ID//\//--}"
+        rev=""
+        [[ -f $repo/refs/main ]] && rev=$(<"$repo/refs/main")
+        if [[ -n $rev && -d $repo/snapshots/$rev ]]; then
+            snap=$repo/snapshots/$rev
+        else
+            snap=$(find "$repo/snapshots" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | head -n 1 || true)
+        fi
+        MODEL_DIR=${snap:-$repo/snapshots/MISSING}
+    fi
+    if [[ ! -f $MODEL_DIR/config.json ]]; then
+        local msg="no weights at $MODEL_DIR (no config.json). Copy the $PROFILE_ID checkpoint there or pass --model-dir DIR"
+        [[ $MODE == dry-run ]] && { log "warning: $msg"; return 0; }
+        die 4 "$msg"
+    fi
+}
+
+# ---- API key ----------------------------------------------------------------
+# Loopback: a key only if one is given. Beyond loopback: RADMATCH_API_KEY, else
+# the key file, created with mode 0600 when absent.
+resolve_api_key() {
+    local default_file="${XDG_CONFIG_HOME:-$HOME/.config}/radmatch/judge-api-key"
+    is_loopback "$HOST" || log "binding to $HOST: /v1 needs the API key; /health and /metrics" \
+        "stay open (no report text): firewall port $PORT to the RadMatch clients"
+    if [[ -n ${RADMATCH_API_KEY:-} ]]; then
+        API_KEY=$RADMATCH_API_KEY API_KEY_SOURCE="RADMATCH_API_KEY"
+        return 0
+    fi
+    if [[ -n $API_KEY_FILE && -f $API_KEY_FILE ]]; then
+        read_key_file "$API_KEY_FILE"
+        return 0
+    fi
+    if is_loopback "$HOST"; then
+        [[ -z $API_KEY_FILE ]] || die 2 "API key file $API_KEY_FILE does not exist"
+        API_KEY_SOURCE="none (bound to loopback $HOST)"
+        return 0
+    fi
+    API_KEY_FILE=${API_KEY_FILE:-$default_file}
+    if [[ -f $API_KEY_FILE ]]; then
+        read_key_file "$API_KEY_FILE"
+    else
+        generate_key_file "$API_KEY_FILE"
+    fi
+}
+
+read_key_file() {
+    local mode
+    mode=$(stat -c '%a' "$1")
+    [[ $mode =~ ^[0-7]00$ ]] || die 2 "API key file $1 has mode $mode; make it private: chmod 600 $1"
+    API_KEY=$(tr -d '[:space:]' <"$1")
+    [[ -n $API_KEY ]] || die 2 "API key file $1 is empty"
+    API_KEY_SOURCE="file $1"
+}
+
+generate_key_file() {
+    local dir
+    dir=$(dirname "$1")
+    if [[ ! -d $dir ]]; then
+        mkdir -p "$dir"
+        chmod 700 "$dir"
+    fi
+    (
+        umask 077
+        printf 'rmj-%s\n' "$(head -c 32 /dev/urandom | base64 | tr -d '/+=\n')" >"$1"
+    )
+    chmod 600 "$1"
+    API_KEY=$(tr -d '[:space:]' <"$1")
+    API_KEY_SOURCE="file $1 (generated, mode 0600)"
+    log "generated an API key in $1 (mode 0600); give it to RadMatch clients as RADMATCH_API_KEY"
+}
+
+# ---- Command ----------------------------------------------------------------
+vllm_python() {
+    if [[ -n ${VLLM_PYTHON:-} ]]; then
+        echo "$VLLM_PYTHON"
+    elif [[ -x $SERVE_DIR/.venv/bin/python ]]; then
+        echo "$SERVE_DIR/.venv/bin/python"
+    else
+        echo python3
+    fi
+}
+
+build_command() {
+    SERVER_ENV=(
+        HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+        HF_HUB_DISABLE_TELEMETRY=1
+        VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 DO_NOT_TRACK=1
+        VLLM_LOGGING_LEVEL=INFO  # DEBUG would log prompts, i.e. report text
+    )
+    # The key travels in the environment, not on the command line (ps shows that).
+    [[ -z $API_KEY ]] || SERVER_ENV+=("VLLM_API_KEY=$API_KEY")
+    CMD=(
+        "$(vllm_python)" -m vllm.entrypoints.openai.api_server
+        --model "$MODEL_DIR"
+        --served-model-name "$SERVED_NAME"
+        --host "$HOST" --port "$PORT"
+        --tensor-parallel-size "$TP"
+        --quantization fp8_per_tensor
+        --kv-cache-dtype fp8
+        --gpu-memory-utilization "$GPU_UTIL"
+        --max-model-len "$MAX_MODEL_LEN"
+        --enable-prefix-caching
+        --structured-outputs-config.backend outlines
+        --reasoning-parser gemma4
+        --generation-config vllm
+        --no-enable-log-requests
+    )
+}
+
+print_dry_run() {
+    local var
+    echo "# RadMatch judge, dry run: nothing was started."
+    echo "# profile $PROFILE: $PROFILE_DESC"
+    echo "# GPUs: $GPU_COUNT x $GPU_NAME ($GPU_MIN_MIB MiB); tensor parallelism $TP"
+    echo "# API key: $API_KEY_SOURCE"
+    echo "# log file: $LOG_FILE"
+    explain_memory "$TP" | sed 's/^/#/'
+    for var in "${SERVER_ENV[@]}"; do
+        if [[ $var == VLLM_API_KEY=* ]]; then
+            echo "export VLLM_API_KEY=$(mask_key "$API_KEY")"
+        else
+            echo "export $var"
+        fi
+    done
+    printf '%q' "${CMD[0]}"
+    printf ' %q' "${CMD[@]:1}"
+    echo
+}
+
+# ---- Running ----------------------------------------------------------------
+check_url() {
+    local host=$HOST
+    [[ $host == 0.0.0.0 || $host == "::" ]] && host=127.0.0.1
+    [[ $host == *:* && $host != \[* ]] && host="[$host]"
+    echo "http://$host:$PORT"
+}
+
+# Readiness check: the constrained request of serve/check_judge.py.
+run_check() {
+    local url=$1
+    shift
+    python3 "$SERVE_DIR/check_judge.py" --url "$url" --model "$SERVED_NAME" "$@"
+}
+
+stop_server() {
+    if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        log "stopping the server (pid $SERVER_PID)"
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+}
+
+start_server() {
+    local url deadline
+    url=$(check_url)
+    log "starting $PROFILE on $HOST:$PORT with tensor parallelism $TP; API key: $API_KEY_SOURCE"
+    log "server output goes to $LOG_FILE"
+    env "${SERVER_ENV[@]}" "${CMD[@]}" >>"$LOG_FILE" 2>&1 &
+    SERVER_PID=$!
+    trap 'stop_server; exit 143' TERM INT
+    trap stop_server EXIT
+
+    deadline=$((SECONDS + HEALTH_TIMEOUT_S))
+    until run_check "$url" --health-only >/dev/null 2>&1; do
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            log "the server exited during start-up; last lines of $LOG_FILE:"
+            tail -n 20 "$LOG_FILE" >&2
+            SERVER_PID=""
+            exit 5
+        fi
+        ((SECONDS < deadline)) || die 5 "no /health after ${HEALTH_TIMEOUT_S} s; see $LOG_FILE"
+        sleep 2
+    done
+    log "/health answered; sending one constrained request"
+    # The key reaches the check through its environment, never its arguments.
+    if ! RADMATCH_API_KEY=$API_KEY run_check "$url" 2>&1 | tee -a "$LOG_FILE" >&2; then
+        die 6 "the server is up but failed the readiness check"
+    fi
+    log "the judge is ready: RADMATCH_BASE_URL=$url/v1 RADMATCH_MODEL=$SERVED_NAME"
+    wait "$SERVER_PID"
+}
+
+# ---- Main -------------------------------------------------------------------
+parse_args() {
+    while (($#)); do
+        case $1 in
+            --dry-run) MODE=dry-run ;;
+            --check-only) MODE=check ;;
+            --profile) PROFILE=${2:?--profile needs a value}; shift ;;
+            --model-dir) MODEL_DIR=${2:?--model-dir needs a value}; shift ;;
+            --host) HOST=${2:?--host needs a value}; shift ;;
+            --port) PORT=${2:?--port needs a value}; shift ;;
+            --served-name | --model) SERVED_NAME=${2:?$1 needs a value}; shift ;;
+            --api-key-file) API_KEY_FILE=${2:?--api-key-file needs a value}; shift ;;
+            --tp) TP=${2:?--tp needs a value}; shift ;;
+            --max-model-len) MAX_MODEL_LEN=${2:?--max-model-len needs a value}; shift ;;
+            --log-file) LOG_FILE=${2:?--log-file needs a value}; shift ;;
+            --url) CHECK_URL=${2:?--url needs a value}; shift ;;
+            -h | --help) usage; exit 0 ;;
+            *) usage >&2; die 2 "unknown argument: $1" ;;
+        esac
+        shift
+    done
+    is_uint "$PORT" || die 2 "--port must be a number, got '$PORT'"
+    is_uint "$MAX_MODEL_LEN" || die 2 "--max-model-len must be a number, got '$MAX_MODEL_LEN'"
+    [[ -z $TP ]] || [[ " ${TP_CHOICES[*]} " == *" $TP "* ]] \
+        || die 2 "--tp must be one of ${TP_CHOICES[*]}, got '$TP'"
+}
+
+main() {
+    parse_args "$@"
+    if [[ $MODE == check ]]; then
+        local args=()
+        [[ -z $API_KEY_FILE ]] || args=(--api-key-file "$API_KEY_FILE")
+        run_check "${CHECK_URL:-$(check_url)}" "${args[@]}"
+        return
+    fi
+    LOG_FILE=${LOG_FILE:-${XDG_STATE_HOME:-$HOME/.local/state}/radmatch/radmatch-judge.log}
+    [[ $MODE == dry-run ]] || mkdir -p "$(dirname "$LOG_FILE")"
+
+    load_profile "$PROFILE"
+    detect_gpus
+    choose_tp
+    resolve_model_dir
+    resolve_api_key
+    build_command
+    if [[ $MODE == dry-run ]]; then
+        print_dry_run
+    else
+        start_server
+    fi
+}
+
+main "$@"

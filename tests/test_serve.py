@@ -1,0 +1,613 @@
+"""serve/: the on-prem judge script, its readiness check, and a real vLLM server.
+
+Fast tests run serve/start_vllm.sh with a fake ``nvidia-smi`` on PATH (dry runs,
+and one real start against a stub server) and serve/check_judge.py against a
+stub OpenAI server. The slow tests run the readiness check against a real vLLM
+server (tests/vllm_server.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from vllm_server import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+START = REPO / "serve" / "start_vllm.sh"
+CHECK = REPO / "serve" / "check_judge.py"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+RTX_5090 = ("NVIDIA GeForce RTX 5090", 32607)  # memory.total in MiB, as nvidia-smi prints it
+H100_80GB = ("NVIDIA H100 80GB HBM3", 81559)
+
+# A stand-in for `python -m vllm.entrypoints.openai.api_server`: /health, /v1/models and
+# chat completions answering STUB_ANSWER; it requires VLLM_API_KEY when that is set.
+STUB_SERVER = textwrap.dedent(
+    """
+    import json, os, sys
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    args = sys.argv[1:]
+    opt = lambda name, default: args[args.index(name) + 1] if name in args else default
+    host, port = opt("--host", "127.0.0.1"), int(opt("--port", "8000"))
+    model = opt("--served-model-name", "radmatch-judge")
+    key = os.environ.get("VLLM_API_KEY")
+    answer = os.environ.get("STUB_ANSWER", '{"ready": true}')
+    if os.environ.get("STUB_CRASH"):
+        print("stub: failed to load the model", flush=True)
+        sys.exit(1)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def reply(self, status, body):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def authorised(self):
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self.reply(401, {"error": "Unauthorized"})
+                return False
+            return True
+
+        def do_GET(self):
+            if self.path == "/health":
+                self.reply(200, {})
+            elif self.path == "/v1/models" and self.authorised():
+                self.reply(200, {"data": [{"id": model}]})
+            elif self.path != "/v1/models":
+                self.reply(404, {})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if not self.authorised():
+                return
+            if body.get("model") != model:
+                self.reply(404, {"error": {"message": "model not found"}})
+                return
+            assert body["structured_outputs"]["json"]["required"] == ["ready"]
+            self.reply(200, {"model": model, "choices": [
+                {"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+            ]})
+
+    print(f"stub: serving {model} on {host}:{port}", flush=True)
+    ThreadingHTTPServer((host, port), Handler).serve_forever()
+    """
+)
+
+
+# ---- helpers -----------------------------------------------------------------
+
+
+def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]] | None) -> None:
+    """nvidia-smi printing one `name, MiB` line per GPU; None: a driver failure."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    if gpus is None:
+        body = (
+            "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+            'driver."\nexit 9\n'
+        )
+    else:
+        body = "".join(f"echo '{name}, {mib}'\n" for name, mib in gpus)
+    script = bin_dir / "nvidia-smi"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """A clean environment: HOME in tmp, no RADMATCH_*/CUDA settings, fake bin first on PATH."""
+    home = tmp_path / "home"
+    home.mkdir()
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RADMATCH_", "XDG_", "HF_", "VLLM_", "CUDA_"))
+    }
+    clean.update(HOME=str(home), PATH=f"{tmp_path / 'bin'}:{SYSTEM_PATH}")
+    return clean
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(START), *args],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def dry_run(tmp_path: Path, env: dict[str, str], gpus, *args: str) -> subprocess.CompletedProcess:
+    fake_nvidia_smi(tmp_path / "bin", gpus)
+    return run(["--dry-run", *args], env)
+
+
+def command_line(out: str) -> str:
+    (line,) = [ln for ln in out.splitlines() if "vllm.entrypoints.openai.api_server" in ln]
+    return line
+
+
+def option(cmd: str, name: str) -> str:
+    match = re.search(rf"(?:^| ){re.escape(name)} (\S+)", cmd)
+    assert match, f"{name} missing from: {cmd}"
+    return match.group(1)
+
+
+def default_key_file(env: dict[str, str]) -> Path:
+    return Path(env["HOME"]) / ".config" / "radmatch" / "judge-api-key"
+
+
+# ---- no usable GPU -----------------------------------------------------------
+
+
+def test_no_nvidia_smi_refuses(tmp_path, env):
+    assert shutil.which("nvidia-smi", path=SYSTEM_PATH) is None, "a real nvidia-smi is installed"
+    result = run(["--dry-run"], env)
+    assert result.returncode == 3
+    assert "no GPU: nvidia-smi not found" in result.stderr
+    assert "30041 MiB" in result.stderr  # what the profile would need
+    assert result.stdout == ""
+
+
+def test_failing_nvidia_smi_refuses(tmp_path, env):
+    result = dry_run(tmp_path, env, None)
+    assert result.returncode == 3
+    assert "nvidia-smi failed: NVIDIA-SMI has failed" in result.stderr
+    assert result.stdout == ""
+
+
+# ---- tensor parallelism and the memory arithmetic ----------------------------
+
+
+def test_one_32gb_gpu_is_refused_with_the_arithmetic_and_alternatives(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090])
+    assert result.returncode == 3
+    err = result.stderr
+    assert "refusing to start: gemma4-31b does not fit on 1 x NVIDIA GeForce RTX 5090" in err
+    # 30041 MiB FP8 weights + 1536 runtime + 4096 KV floor = 35673 > 0.92 x 32607 = 29998
+    assert re.search(r"FP8 weights\s+30041 MiB / 1 = 30041 MiB", err)
+    assert re.search(r"needed\s+35673 MiB", err)
+    assert re.search(r"usable\s+29998 MiB \(0.92 x 32607 MiB\)", err)
+    assert "more GPUs: 2 x 32607 MiB GPUs (tensor parallelism 2) need 18605 MiB each" in err
+    assert "a larger GPU: one with at least 38775 MiB" in err
+    assert "a smaller profile: --profile gemma4-26b-a4b" in err
+    assert result.stdout == ""
+
+
+def test_two_32gb_gpus_use_tensor_parallelism_2(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090, RTX_5090])
+    assert result.returncode == 0, result.stderr
+    cmd = command_line(result.stdout)
+    assert option(cmd, "--tensor-parallel-size") == "2"
+    assert re.search(r"needed\s+18605 MiB", result.stdout)
+
+
+def test_one_80gb_gpu_uses_tensor_parallelism_1(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert result.returncode == 0, result.stderr
+    assert option(command_line(result.stdout), "--tensor-parallel-size") == "1"
+
+
+def test_cuda_visible_devices_limits_the_gpus_counted(tmp_path, env):
+    env["CUDA_VISIBLE_DEVICES"] = "1"
+    result = dry_run(tmp_path, env, [RTX_5090, RTX_5090])
+    assert result.returncode == 3
+    assert "does not fit on 1 x" in result.stderr
+
+
+def test_explicit_tp_is_checked_against_memory(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090, RTX_5090], "--tp", "1")
+    assert result.returncode == 3
+    assert "at tensor parallelism 1" in result.stderr
+
+
+def test_smaller_profile_fits_one_32gb_gpu(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090], "--profile", "gemma4-26b-a4b")
+    assert result.returncode == 0, result.stderr
+    assert option(command_line(result.stdout), "--tensor-parallel-size") == "1"
+
+
+def test_unknown_profile_is_a_usage_error(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB], "--profile", "gpt-7")
+    assert result.returncode == 2
+    assert "unknown profile 'gpt-7'" in result.stderr
+    assert "gemma4-31b" in result.stderr
+
+
+# ---- the command and its environment -----------------------------------------
+
+
+def test_command_has_the_vllm_flags_and_no_telemetry(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090, RTX_5090])
+    assert result.returncode == 0, result.stderr
+    cmd = command_line(result.stdout)
+    assert option(cmd, "--quantization") == "fp8_per_tensor"
+    assert option(cmd, "--kv-cache-dtype") == "fp8"
+    assert option(cmd, "--structured-outputs-config.backend") == "outlines"
+    assert option(cmd, "--reasoning-parser") == "gemma4"
+    assert option(cmd, "--generation-config") == "vllm"
+    assert option(cmd, "--served-model-name") == "radmatch-judge"
+    assert option(cmd, "--max-model-len") == "16384"
+    assert " --enable-prefix-caching" in cmd and "--no-enable-prefix-caching" not in cmd
+    assert " --no-enable-log-requests" in cmd  # prompts are report text
+    assert "--api-key" not in cmd  # the key goes through the environment (ps shows argv)
+    exports = set(re.findall(r"^export (\S+)$", result.stdout, flags=re.MULTILINE))
+    for var in (
+        "HF_HUB_OFFLINE=1",
+        "VLLM_NO_USAGE_STATS=1",
+        "DO_NOT_TRACK=1",
+        "VLLM_DO_NOT_TRACK=1",
+        "HF_HUB_DISABLE_TELEMETRY=1",
+    ):
+        assert var in exports
+
+
+def test_weights_come_from_the_local_hf_cache(tmp_path, env):
+    snapshot = tmp_path / "hf" / "hub" / "models--google--gemma-4-31B-it" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    env["HF_HOME"] = str(tmp_path / "hf")
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert result.returncode == 0, result.stderr
+    assert option(command_line(result.stdout), "--model") == str(snapshot)
+    assert "no weights" not in result.stderr
+
+
+def test_missing_weights_warn_in_dry_run(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB], "--model-dir", str(tmp_path / "nowhere"))
+    assert result.returncode == 0
+    assert "warning: no weights at" in result.stderr
+
+
+# ---- bind address and API key ------------------------------------------------
+
+
+def test_loopback_by_default_without_a_key(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert result.returncode == 0, result.stderr
+    assert option(command_line(result.stdout), "--host") == "127.0.0.1"
+    assert "VLLM_API_KEY" not in result.stdout
+    assert "# API key: none (bound to loopback 127.0.0.1)" in result.stdout
+    assert not default_key_file(env).exists()
+    assert not (Path(env["HOME"]) / ".config").exists()
+
+
+def test_binding_beyond_loopback_generates_a_private_key(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB], "--host", "0.0.0.0")
+    assert result.returncode == 0, result.stderr
+    key_file = default_key_file(env)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    key = key_file.read_text().strip()
+    assert len(key) >= 32
+    assert key not in result.stdout + result.stderr
+    assert key[4:12] not in result.stdout + result.stderr
+    assert re.search(
+        r"^export VLLM_API_KEY=\*\*\*\(\d+ chars, sha256 [0-9a-f]{8}\)$",
+        result.stdout,
+        flags=re.MULTILINE,
+    )
+    assert option(command_line(result.stdout), "--host") == "0.0.0.0"
+
+    again = dry_run(tmp_path, env, [H100_80GB], "--host", "0.0.0.0")
+    assert key_file.read_text().strip() == key  # reused, not rotated
+    assert "generated" not in again.stderr
+
+
+def test_key_from_the_environment_is_masked(tmp_path, env):
+    env["RADMATCH_API_KEY"] = "hospital-secret-key-0123456789"
+    result = dry_run(tmp_path, env, [H100_80GB], "--host", "10.1.2.3")
+    assert result.returncode == 0, result.stderr
+    assert "hospital-secret" not in result.stdout + result.stderr
+    assert "export VLLM_API_KEY=***(30 chars" in result.stdout
+    assert not default_key_file(env).exists()
+
+
+def test_key_file_readable_by_others_is_refused(tmp_path, env):
+    key_file = tmp_path / "key"
+    key_file.write_text("some-key-0123456789abcdef\n")
+    key_file.chmod(0o644)
+    result = dry_run(
+        tmp_path, env, [H100_80GB], "--host", "0.0.0.0", "--api-key-file", str(key_file)
+    )
+    assert result.returncode == 2
+    assert "chmod 600" in result.stderr
+    assert "some-key" not in result.stdout + result.stderr
+
+
+# ---- the readiness check against a stub server --------------------------------
+
+
+@pytest.fixture
+def stub_python(tmp_path: Path) -> Path:
+    """An executable that, run as `X -m vllm... --host H --port P ...`, serves the stub."""
+    server = tmp_path / "stub_server.py"
+    server.write_text(STUB_SERVER)
+    launcher = tmp_path / "stub-python"
+    launcher.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{server}" "$@"\n')
+    launcher.chmod(0o755)
+    return launcher
+
+
+def start_stub(stub_python: Path, port: int, *, key: str | None = None, **extra: str):
+    env = {**os.environ, **extra}
+    env.pop("VLLM_API_KEY", None)
+    if key:
+        env["VLLM_API_KEY"] = key
+    proc = subprocess.Popen(
+        [str(stub_python), "-m", "x", "--port", str(port), "--served-model-name", "radmatch-judge"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    return proc
+
+
+@pytest.fixture
+def stub(stub_python):
+    procs = []
+
+    def start(**kwargs) -> str:
+        port = free_port()
+        procs.append(start_stub(stub_python, port, **kwargs))
+        check = subprocess.run(
+            [
+                sys.executable,
+                str(CHECK),
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--health-only",
+                "--wait",
+                "10",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert check.returncode == 0, check.stderr
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def check(url: str, *args: str, key: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RADMATCH_")}
+    if key:
+        env["RADMATCH_API_KEY"] = key
+    return subprocess.run(
+        [sys.executable, str(CHECK), "--url", url, *args],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_check_passes_on_schema_valid_json(stub):
+    url = stub(key="k-123")
+    result = check(url, key="k-123")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ready: radmatch-judge at")
+
+
+def test_check_reports_a_wrong_key(stub):
+    url = stub(key="k-123")
+    result = check(url + "/v1", key="k-456")
+    assert result.returncode == 4
+    assert "401" in result.stderr and "wrong API key" in result.stderr
+    assert "k-456" not in result.stderr
+
+
+def test_check_reports_a_missing_key(stub):
+    url = stub(key="k-123")
+    result = check(url)
+    assert result.returncode == 4
+    assert "requires an API key" in result.stderr
+
+
+def test_check_reports_invalid_json(stub):
+    url = stub(STUB_ANSWER="Sure! Here is the JSON: {ready: yes}")
+    result = check(url)
+    assert result.returncode == 6
+    assert "invalid JSON answer" in result.stderr
+
+
+def test_check_reports_an_unserved_model(stub):
+    url = stub()
+    result = check(url, "--model", "other")
+    assert result.returncode == 5
+    assert "served: radmatch-judge" in result.stderr
+
+
+def test_check_reports_a_server_down():
+    result = check(f"http://127.0.0.1:{free_port()}")
+    assert result.returncode == 3
+    assert result.stderr.startswith("not ready: server down")
+
+
+def test_check_only_mode_reads_the_key_file(stub, tmp_path, env):
+    url = stub(key="k-123")
+    key_file = tmp_path / "key"
+    key_file.write_text("k-123\n")
+    result = run(["--check-only", "--url", url, "--api-key-file", str(key_file)], env)
+    assert result.returncode == 0, result.stderr
+    assert "ready:" in result.stdout
+
+
+# ---- a real start, with a stub in place of vLLM --------------------------------
+
+
+def test_start_waits_for_health_checks_and_stops_on_sigterm(tmp_path, env, stub_python):
+    fake_nvidia_smi(tmp_path / "bin", [RTX_5090, RTX_5090])
+    model_dir = tmp_path / "weights"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    log_file = tmp_path / "logs" / "judge.log"
+    env.update(VLLM_PYTHON=str(stub_python), RADMATCH_API_KEY="k-789")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "bash",
+            str(START),
+            "--model-dir",
+            str(model_dir),
+            "--port",
+            str(port),
+            "--log-file",
+            str(log_file),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if "the judge is ready" in line or not line:
+                break
+        assert "the judge is ready" in lines[-1], "".join(lines)
+        assert f"RADMATCH_BASE_URL=http://127.0.0.1:{port}/v1" in lines[-1]
+        assert any(ln.startswith("ready: radmatch-judge") for ln in lines)
+        # The stub requires the key, so the key reached both the server and the check.
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        assert check(f"http://127.0.0.1:{port}").returncode == 3  # the server is gone
+        log = log_file.read_text()
+        assert "stub: serving radmatch-judge" in log
+        assert "k-789" not in log + "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_start_reports_a_server_that_dies(tmp_path, env, stub_python):
+    fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
+    model_dir = tmp_path / "weights"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    env.update(VLLM_PYTHON=str(stub_python), STUB_CRASH="1")
+    result = run(
+        [
+            "--model-dir",
+            str(model_dir),
+            "--port",
+            str(free_port()),
+            "--log-file",
+            str(tmp_path / "judge.log"),
+        ],
+        env,
+        timeout=60,
+    )
+    assert result.returncode == 5
+    assert "the server exited during start-up" in result.stderr
+    assert "stub: failed to load the model" in result.stderr
+
+
+# ---- shellcheck ------------------------------------------------------------------
+
+
+def test_shell_scripts_are_shellcheck_clean():
+    if shutil.which("shellcheck") is None:
+        if os.environ.get("CI"):
+            pytest.fail("shellcheck is not installed (apt-get install shellcheck)")
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    scripts = [START, REPO / "scripts" / "setup_vllm_cpu.sh"]
+    result = subprocess.run(
+        ["shellcheck", *map(str, scripts)], check=False, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout
+
+
+# ---- the readiness check against a real vLLM server (CPU, tiny model) ----------
+
+
+@pytest.fixture
+def key_file(tmp_path, vllm_server) -> Path:
+    path = tmp_path / "api-key"
+    path.write_text(vllm_server.api_key + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.slow
+def test_real_server_passes_the_readiness_check(vllm_server, key_file, env):
+    base_url, _, model = vllm_server
+    started = time.monotonic()
+    result = run(
+        ["--check-only", "--url", base_url, "--api-key-file", str(key_file), "--model", model],
+        env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"ready: {model} at ")
+    assert "schema-valid JSON" in result.stdout
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.slow
+def test_real_server_rejects_a_wrong_key(vllm_server, tmp_path, env):
+    wrong = tmp_path / "wrong-key"
+    wrong.write_text("not-the-key\n")
+    result = run(
+        [
+            "--check-only",
+            "--url",
+            vllm_server.base_url,
+            "--api-key-file",
+            str(wrong),
+            "--model",
+            vllm_server.model,
+        ],
+        env,
+        timeout=120,
+    )
+    assert result.returncode == 4
+    assert "HTTP 401" in result.stderr and "wrong API key" in result.stderr
+
+
+@pytest.mark.slow
+def test_real_server_without_a_key_is_refused(vllm_server):
+    result = check(vllm_server.base_url, "--model", vllm_server.model)
+    assert result.returncode == 4
+    assert "requires an API key" in result.stderr
+
+
+@pytest.mark.slow
+def test_real_server_down_is_reported(vllm_server, key_file):
+    # The same key and model, but a port where nothing listens.
+    result = check(
+        f"http://127.0.0.1:{free_port()}",
+        "--api-key-file",
+        str(key_file),
+        "--model",
+        vllm_server.model,
+    )
+    assert result.returncode == 3
+    assert "server down" in result.stderr
