@@ -51,14 +51,19 @@ def cmd_recompute(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    from radmatch.recompute import ensure_scored
+
     summary = CorpusSummary()
     bad: list[BadLine] = []
     with _open_input(args.input) as src:
-        for _, item in iter_lines(src):
-            if isinstance(item, BadLine):
-                bad.append(item)
-            else:
-                summary.add(item)
+        for line_no, item in iter_lines(src):
+            if not isinstance(item, BadLine):
+                try:
+                    summary.add(ensure_scored(item))
+                    continue
+                except ValueError as exc:
+                    item = BadLine(line_no, str(exc), "")
+            bad.append(item)
     _report_bad(args.input, bad)
     _print_summary(summary, as_json=args.json)
     return EXIT_SOME_FAILED if bad else EXIT_OK
@@ -95,19 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
         "summary",
         help="print the corpus summary of a records file",
         description="Print the corpus summary (pooled safety with 95%% Wilson intervals, "
-        "outcome counts, mean actionable errors) of a records file.",
+        "outcome counts, mean actionable errors) of a records file. Stored scores are "
+        "used; a record stored without scores is scored from its stages.",
     )
     p.add_argument("input", metavar="IN.jsonl")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_summary)
 
-    for register in _EXTRA_COMMANDS:
+    for register in _extra_commands():
         register(sub)
     return parser
 
 
-# Commands defined in other modules register themselves here (kept import-light).
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Commands defined next to their code; each module imports only what parsing needs."""
+    from radmatch.dashboard import add_dashboard_parser
+
+    return [add_dashboard_parser]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

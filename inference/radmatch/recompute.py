@@ -38,6 +38,13 @@ def score_record(record: Record) -> Record:
     return record.model_copy(update={"scores": scores, "repairs": repairs})
 
 
+def ensure_scored(record: Record) -> Record:
+    """The record as stored, or scored from its stages when it has no scores yet."""
+    if record.scores is None and record.error is None:
+        return score_record(record)
+    return record
+
+
 def recompute_lines(
     lines: Iterable[str], write: Callable[[str], None], summary: CorpusSummary
 ) -> list[BadLine]:

@@ -65,13 +65,12 @@ class Record(BaseModel):
         return self.error is not None
 
     def to_json(self) -> str:
-        data = self.model_dump(mode="json", exclude_none=False)
-        stages = data["stages"]
         # a stage that did not run is absent; "indication": null means "no indication"
-        for key in ("reference_findings", "candidate_findings", "matching", "grading"):
-            if stages.get(key) is None:
-                stages.pop(key, None)
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        absent = {k for k in _OPTIONAL_STAGES if getattr(self.stages, k) is None}
+        return self.model_dump_json(exclude={"stages": absent} if absent else None)
+
+
+_OPTIONAL_STAGES = ("reference_findings", "candidate_findings", "matching", "grading")
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +89,17 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_record(line: Union[str, dict[str, Any]]) -> Record:
-    data = json.loads(line) if isinstance(line, str) else line
+    """Validate one record (a JSON line or a dict), migrating older schema versions."""
+    if isinstance(line, str):
+        try:  # fast path: the current version, validated straight from JSON
+            record = Record.model_validate_json(line)
+            if record.schema_version == SCHEMA_VERSION:
+                return record
+        except ValidationError:
+            pass  # re-parsed below, so that a version error wins over field errors
+        data = json.loads(line)
+    else:
+        data = line
     if not isinstance(data, dict):
         raise ValueError("a record must be a JSON object")
     return Record.model_validate(migrate(data))

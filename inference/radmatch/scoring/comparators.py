@@ -6,8 +6,8 @@ paired by an optimal assignment within one category and unit family.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from functools import lru_cache
+from typing import Iterable, NamedTuple, Optional
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -77,8 +77,7 @@ def comparison_error(pred: Finding, gt: Finding) -> Optional[UnitError]:
 # --------------------------------------------------------------------------- measurements
 
 
-@dataclass(frozen=True)
-class Value:
+class Value(NamedTuple):
     """One normalised, comparable measurement value."""
 
     value: float
@@ -93,6 +92,7 @@ class Value:
         return (self.category, self.unit)
 
 
+@lru_cache(maxsize=1024)
 def normalise_unit(unit: Optional[str]) -> Optional[str]:
     if unit is None:
         return None
@@ -102,38 +102,48 @@ def normalise_unit(unit: Optional[str]) -> Optional[str]:
     return UNIT_SYNONYMS.get(key, key)
 
 
-def normalise(ref: Sequence[Measurement], cand: Sequence[Measurement]) -> tuple[list[Value], list[Value]]:
+def _raw(measurements: Iterable[Measurement]) -> list[tuple[str, Optional[str], float]]:
+    return [(m.category, normalise_unit(m.unit), float(m.value)) for m in measurements if not m.prior]
+
+
+def normalise(
+    ref: Iterable[Measurement], cand: Iterable[Measurement]
+) -> tuple[list[Value], list[Value]]:
     """Rules 1-2: synonyms, null units adopted per category, pct/fraction, sizes to mm.
 
     Prior values are left out. Null-unit adoption looks at both sides of the unit
     together, per category.
     """
-    sides = [
-        [(m.category, normalise_unit(m.unit), float(m.value)) for m in ms if not m.prior]
-        for ms in (ref, cand)
-    ]
-    categories = {cat for side in sides for cat, _, _ in side}
+    return _normalise(_raw(ref), _raw(cand))
+
+
+def _normalise(*sides: list[tuple[str, Optional[str], float]]) -> tuple[list[Value], list[Value]]:
+    units_of: dict[str, set[Optional[str]]] = {}
+    for side in sides:
+        for cat, unit, _ in side:
+            units_of.setdefault(cat, set()).add(unit)
     adopt: dict[str, Optional[str]] = {}
     fraction_ratio = False
-    for cat in categories:
-        units = {u for side in sides for c, u, _ in side if c == cat}
-        named = units - {None}
-        if None in units and cat == "ratio" and named == {"pct"}:
+    for cat, units in units_of.items():
+        if None not in units or len(units) != 2:  # adoption needs nulls and one named unit
+            continue
+        (named,) = units - {None}
+        if cat == "ratio" and named == "pct":
             fraction_ratio = True
-        elif None in units and len(named) == 1:
-            adopt[cat] = next(iter(named))
+        else:
+            adopt[cat] = named
 
-    out: list[list[Value]] = [[], []]
-    for side, values in zip(out, sides):
-        for cat, unit, value in values:
+    out: tuple[list[Value], list[Value]] = ([], [])
+    for normalised, raw in zip(out, sides):
+        for cat, unit, value in raw:
             if unit is None and cat in adopt:
                 unit = adopt[cat]
-            if cat == "ratio" and fraction_ratio and unit == "pct":
+            if fraction_ratio and cat == "ratio" and unit == "pct":
                 unit, value = None, value / 100.0
             if cat == "size" and (unit is None or unit in TO_MM):
                 value, unit = value * TO_MM[unit or "mm"], "mm"
-            side.append(Value(value, cat, unit))
-    return out[0], out[1]
+            normalised.append(Value(value, cat, unit))
+    return out
 
 
 def _relative(a: float, b: float) -> float:
@@ -167,6 +177,19 @@ def _pair_cost(a: float, b: float, family: tuple[str, Optional[str]]) -> float:
     return cost + (MAJOR_TIE_BREAK if is_major(a, b, family) else 0.0)
 
 
+def _assign(
+    a_vals: list[Value], b_vals: list[Value], family: tuple[str, Optional[str]]
+) -> list[tuple[int, int]]:
+    """Pairs (i, j) of a maximum-size assignment of least total cost (rule 4)."""
+    cost = [[_pair_cost(a.value, b.value, family) for b in b_vals] for a in a_vals]
+    if len(a_vals) == 1:  # the common case, without numpy's overhead
+        return [(0, min(range(len(b_vals)), key=cost[0].__getitem__))]
+    if len(b_vals) == 1:
+        return [(min(range(len(a_vals)), key=lambda i: cost[i][0]), 0)]
+    rows, cols = linear_sum_assignment(np.array(cost))
+    return list(zip(rows.tolist(), cols.tolist()))
+
+
 def _sort_key(v: Value) -> tuple[float, str]:
     return (v.value, v.unit or "")
 
@@ -180,32 +203,31 @@ def measurement_errors(
     ref: Iterable[Measurement], cand: Iterable[Measurement]
 ) -> list[UnitError]:
     """Pooled measurement errors of one unit (pred_id and gt_id are null)."""
-    ref_values, cand_values = normalise(list(ref), list(cand))
-    families = sorted(
-        {v.family for v in ref_values + cand_values}, key=lambda f: (f[0], f[1] or "")
-    )
+    ref_raw, cand_raw = _raw(ref), _raw(cand)
+    if not ref_raw and not cand_raw:
+        return []
+    families: dict[tuple[str, Optional[str]], tuple[list[Value], list[Value]]] = {}
+    for side, values in enumerate(_normalise(ref_raw, cand_raw)):
+        for v in values:
+            families.setdefault(v.family, ([], []))[side].append(v)
     errors: list[UnitError] = []
-    for family in families:
+    for family in sorted(families, key=lambda f: (f[0], f[1] or "")):
+        a_vals, b_vals = families[family]
         # sorting makes the pairing independent of the order findings came in
-        a_vals = sorted((v for v in ref_values if v.family == family), key=_sort_key)
-        b_vals = sorted((v for v in cand_values if v.family == family), key=_sort_key)
-        paired_a: set[int] = set()
-        paired_b: set[int] = set()
-        if a_vals and b_vals:
-            cost = np.array([[_pair_cost(a.value, b.value, family) for b in b_vals] for a in a_vals])
-            rows, cols = linear_sum_assignment(cost)
-            for i, j in zip(rows.tolist(), cols.tolist()):
-                paired_a.add(i)
-                paired_b.add(j)
-                a, b = a_vals[i].value, b_vals[j].value
-                if round(abs(a - b), ROUND) == 0:
-                    continue
+        a_vals.sort(key=_sort_key)
+        b_vals.sort(key=_sort_key)
+        pairs = _assign(a_vals, b_vals, family) if a_vals and b_vals else []
+        for i, j in pairs:
+            a, b = a_vals[i].value, b_vals[j].value
+            if round(abs(a - b), ROUND) != 0:
                 errors.append(
                     _measurement_error(
                         "major" if is_major(a, b, family) else "minor",
                         f"{family[0]} {_fmt(a_vals[i])} -> {_fmt(b_vals[j])}",
                     )
                 )
+        paired_a = {i for i, _ in pairs}
+        paired_b = {j for _, j in pairs}
         for i, v in enumerate(a_vals):
             if i not in paired_a:
                 errors.append(_measurement_error("major", f"{v.category} {_fmt(v)} omitted"))

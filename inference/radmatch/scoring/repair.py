@@ -9,16 +9,19 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from radmatch.schemas import MatchingAnswer
 from radmatch.scoring.results import UnitRow
 
+_ID = re.compile(r"(.*?)(\d+)")
 SCOPE_STRENGTH = {"direct": 3, "aggregate": 2, "generic": 1}
 
 
+@lru_cache(maxsize=8192)
 def id_key(finding_id: str) -> tuple[str, int, str]:
     """Natural sort key: gt_2 before gt_10."""
-    match = re.fullmatch(r"(.*?)(\d+)", finding_id)
+    match = _ID.fullmatch(finding_id)
     if match:
         return (match.group(1), int(match.group(2)), "")
     return (finding_id, -1, finding_id)
@@ -63,8 +66,11 @@ def repair_matching(
             )
 
     # Rule 3: scopes follow cardinality, counted over all surviving rows.
-    pred_count = Counter(p for p, _ in best)
-    gt_count = Counter(g for _, g in best)
+    pred_count: Counter[str] = Counter()
+    gt_count: Counter[str] = Counter()
+    for pred_id, gt_id in best:
+        pred_count[pred_id] += 1
+        gt_count[gt_id] += 1
     rows: list[UnitRow] = []
     released: set[str] = set()  # ids freed by a dropped 1:1 generic row
     for (pred_id, gt_id), scope in sorted(best.items(), key=lambda kv: (id_key(kv[0][0]), id_key(kv[0][1]))):

@@ -22,7 +22,6 @@ from radmatch.scoring.results import (
     SideAttribution,
     Unit,
     UnitError,
-    UnitRow,
     ratio,
 )
 from radmatch.scoring.units import DraftUnit, build_units, unit_findings, unit_tier
@@ -66,9 +65,7 @@ def score_pair(
     scores = Scores(
         actionable_errors=sum(u.actionable for u in units),
         outcomes=_outcome_counts(units),
-        safety={
-            name: _safety(tiers, gt, pred, outcome_of) for name, tiers in TIER_SETS.items()
-        },
+        safety=_safety(gt, pred, outcome_of),
         attribution=Attribution(
             reference=_attribution(reference_findings, reference_text),
             candidate=_attribution(candidate_findings, candidate_text),
@@ -166,7 +163,7 @@ def _finish_unit(
         kind=draft.kind,
         gt_ids=draft.gt_ids,
         pred_ids=draft.pred_ids,
-        rows=[UnitRow(pred_id=r.pred_id, gt_id=r.gt_id, match_scope=r.match_scope) for r in draft.rows],
+        rows=draft.rows,
         outcome=outcome,
         tier=tier,
         actionable=outcome in ERROR_OUTCOMES and tier in TIER_SETS["actionable"],
@@ -183,26 +180,31 @@ def _outcome_counts(units: list[Unit]) -> dict[str, int]:
 
 
 def _safety(
-    tiers: frozenset[str],
-    gt: dict[str, Finding],
-    pred: dict[str, Finding],
-    outcome_of: dict[str, Optional[str]],
-) -> SafetyRatio:
-    def count(findings: dict[str, Finding]) -> tuple[int, int]:
-        in_tier = [i for i, f in findings.items() if f.clinical_significance in tiers]
-        credited = sum(outcome_of[i] in CREDITED_OUTCOMES for i in in_tier)
-        return credited, len(in_tier)
+    gt: dict[str, Finding], pred: dict[str, Finding], outcome_of: dict[str, Optional[str]]
+) -> dict[str, SafetyRatio]:
+    """Recall over reference findings and precision over candidate findings, per tier set.
 
-    recall_num, recall_den = count(gt)
-    precision_num, precision_den = count(pred)
-    return SafetyRatio(
-        precision=ratio(precision_num, precision_den),
-        recall=ratio(recall_num, recall_den),
-        precision_num=precision_num,
-        precision_den=precision_den,
-        recall_num=recall_num,
-        recall_den=recall_den,
-    )
+    A finding counts by its own tier; it is credited when its unit is COR or PAR.
+    """
+    counts = {name: [0, 0, 0, 0] for name in TIER_SETS}  # recall num/den, precision num/den
+    for offset, findings in ((0, gt), (2, pred)):
+        for finding_id, finding in findings.items():
+            credited = outcome_of[finding_id] in CREDITED_OUTCOMES
+            for name, tiers in TIER_SETS.items():
+                if finding.clinical_significance in tiers:
+                    counts[name][offset] += credited
+                    counts[name][offset + 1] += 1
+    return {
+        name: SafetyRatio(
+            precision=ratio(p_num, p_den),
+            recall=ratio(r_num, r_den),
+            precision_num=p_num,
+            precision_den=p_den,
+            recall_num=r_num,
+            recall_den=r_den,
+        )
+        for name, (r_num, r_den, p_num, p_den) in counts.items()
+    }
 
 
 def normalise_text(text: str) -> str:
@@ -221,14 +223,17 @@ def _attribution(findings: list[Finding], report: str) -> SideAttribution:
 
 
 def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:
+    """Each matched unit counted once per dimension, by its worst error there."""
     table = {dim: {"none": 0, "minor": 0, "major": 0} for dim in DIMENSIONS}
     for unit in units:
         if unit.kind != "matched":
             continue
+        worst: dict[str, str] = {}
+        for error in unit.errors:
+            if error.severity == "major" or error.dimension not in worst:
+                worst[error.dimension] = error.severity
         for dim in DIMENSIONS:
-            severities = {e.severity for e in unit.errors if e.dimension == dim}
-            worst = "major" if "major" in severities else "minor" if severities else "none"
-            table[dim][worst] += 1
+            table[dim][worst.get(dim, "none")] += 1
     return table
 
 
@@ -240,14 +245,16 @@ def _subsets(
         if unit.outcome is None:  # generic units are left out of subsets
             continue
         findings = unit_findings(unit, gt, pred)
-        membership = {
-            "normal": all(f.clinical_status == "normal" for f in findings),
-            "abnormal": any(f.clinical_status == "abnormal" for f in findings),
-            "comparison": any(f.comparison is not None for f in findings),
-            "measurement": any(f.measurements for f in findings),
-        }
-        for name, member in membership.items():
+        abnormal = any(f.clinical_status == "abnormal" for f in findings)
+        membership = (
+            ("normal", not abnormal),  # status is normal or abnormal: these two partition
+            ("abnormal", abnormal),
+            ("comparison", any(f.comparison is not None for f in findings)),
+            ("measurement", any(f.measurements for f in findings)),
+        )
+        outcome = unit.outcome.lower()
+        for name, member in membership:
             if member:
-                table[name][unit.outcome.lower()] += 1
+                table[name][outcome] += 1
                 table[name]["actionable_errors"] += unit.actionable
     return table

@@ -7,7 +7,8 @@ from radmatch.schemas import Finding
 from radmatch.scoring.repair import RepairedMatching, id_key, row_key
 from radmatch.scoring.results import Unit, UnitRow
 
-TIER_RANK = {"routine": 0, "notable": 1, "urgent": 2, "critical": 3}
+TIERS_BY_RANK = ("routine", "notable", "urgent", "critical")
+TIER_RANK = {tier: rank for rank, tier in enumerate(TIERS_BY_RANK)}
 
 
 @dataclass
@@ -27,7 +28,7 @@ class DraftUnit:
 
 def unit_tier(findings: list[Finding]) -> str:
     """The highest significance tier among the unit's findings [eq. 1]."""
-    return max((f.clinical_significance for f in findings), key=TIER_RANK.__getitem__)
+    return TIERS_BY_RANK[max(TIER_RANK[f.clinical_significance] for f in findings)]
 
 
 def build_units(

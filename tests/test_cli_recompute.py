@@ -1,0 +1,146 @@
+"""`radmatch recompute` and `radmatch summary` as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from builders import f, fig3_record, matching, record
+from radmatch.corpus import summarize, wilson_interval
+from radmatch.records import SCHEMA_VERSION, parse_record, read_records
+
+
+def run_cli(*args, check=False):
+    proc = subprocess.run(
+        [sys.executable, "-m", "radmatch.cli", *args], capture_output=True, text=True, timeout=120
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def write_jsonl(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def unscored(rec):
+    """A record as the judge stage left it: stages stored, scores stripped."""
+    data = json.loads(rec.to_json())
+    data["scores"] = None
+    return json.dumps(data)
+
+
+def test_worked_example_end_to_end_through_recompute(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(src, [unscored(fig3_record())])
+    proc = run_cli("recompute", str(src), "-o", str(out), "--json", check=True)
+    summary = json.loads(proc.stdout)
+    assert summary["n_pairs"] == 1 and summary["mean_actionable_errors"] == 2
+    assert summary["safety"]["triage"]["recall_num"] == 1
+    assert summary["safety"]["triage"]["precision_den"] == 3
+    (rec,) = read_records(out)
+    assert rec.scores.actionable_errors == 2
+    assert [u.outcome for u in rec.scores.units] == ["INC", "INC", "PAR", "PAR"]
+
+
+def test_recompute_overwrites_stale_scores_and_repairs(tmp_path):
+    rec = fig3_record()
+    data = json.loads(rec.to_json())
+    data["repairs"] = ["stale"]
+    data["scores"] = {"actionable_errors": 99}  # wrong and incomplete: recompute ignores it
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(src, [json.dumps(data)])
+    run_cli("recompute", str(src), "-o", str(out), check=False)
+    # a malformed stored score is a bad line: reported, written through, exit 1
+    data["scores"] = None
+    write_jsonl(src, [json.dumps(data)])
+    run_cli("recompute", str(src), "-o", str(out), check=True)
+    (again,) = read_records(out)
+    assert again.repairs == [] and again.scores.actionable_errors == 2
+
+
+def test_malformed_lines_are_reported_and_the_rest_processed(tmp_path):
+    good = fig3_record("good").to_json()
+    bad_status = json.loads(good)
+    bad_status["pair_id"] = "bad"
+    bad_status["stages"]["reference_findings"][0]["clinical_status"] = "weird"
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(src, [good, "{not json", json.dumps(bad_status), fig3_record("good2").to_json()])
+    proc = run_cli("recompute", str(src), "-o", str(out), "--json")
+    assert proc.returncode == 1
+    assert f"{src}:2: invalid JSON" in proc.stderr
+    assert f"{src}:3: field 'stages.reference_findings.0.clinical_status'" in proc.stderr
+    assert json.loads(proc.stdout)["n_pairs"] == 2
+    lines = out.read_text().splitlines()
+    assert len(lines) == 4 and lines[1] == "{not json"  # nothing is lost
+
+
+def test_unknown_schema_version_gets_a_clear_error(tmp_path):
+    data = json.loads(fig3_record().to_json())
+    data["schema_version"] = SCHEMA_VERSION + 1
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [json.dumps(data)])
+    proc = run_cli("summary", str(src))
+    assert proc.returncode == 1
+    assert "schema_version 2 is not supported" in proc.stderr
+
+
+def test_failed_pairs_are_counted_apart_and_never_scored(tmp_path):
+    ok = fig3_record("ok")
+    failed = record("failed", [f("gt_1", sig="critical")], [], matching(), error="judge timed out")
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(src, [ok.to_json(), failed.to_json()])
+    summary = json.loads(run_cli("recompute", str(src), "-o", str(out), "--json", check=True).stdout)
+    assert (summary["n_pairs"], summary["n_scored"], summary["n_failed"]) == (2, 1, 1)
+    assert summary["mean_actionable_errors"] == 2.0
+    assert summary["failed_pairs"] == {"failed": "judge timed out"}
+    recs = {r.pair_id: r for r in read_records(out)}
+    assert recs["failed"].scores is None and recs["failed"].error == "judge timed out"
+
+
+def test_summary_pools_counts_and_wilson_intervals(tmp_path):
+    from radmatch.recompute import score_record
+
+    recs = [score_record(fig3_record(f"p{i}")) for i in range(3)]
+    summary = summarize(recs).to_dict()
+    triage = summary["safety"]["triage"]
+    assert (triage["recall_num"], triage["recall_den"]) == (3, 6)
+    assert triage["recall_ci"] == pytest.approx(wilson_interval(3, 6))
+    lo, hi = wilson_interval(3, 6)
+    assert lo == pytest.approx(0.1876, abs=1e-4) and hi == pytest.approx(0.8124, abs=1e-4)
+    assert summary["outcomes"]["inc"] == 6 and summary["actionable_errors"] == 6
+    assert summary["attributes"]["severity"]["major"] == 3
+
+
+def test_duplicate_pair_ids_keep_the_last_record_with_a_warning():
+    from radmatch.recompute import score_record
+
+    first = score_record(fig3_record("same"))
+    last = score_record(record("same", [f("gt_1", sig="urgent")], [], matching([], [], ["gt_1"])))
+    summary = summarize([first, last]).to_dict()
+    assert summary["n_pairs"] == 1 and summary["actionable_errors"] == 1
+    assert any("repeat an earlier pair_id" in w for w in summary["warnings"])
+
+
+def test_null_ratios_stay_null_in_the_corpus():
+    from radmatch.recompute import score_record
+
+    rec = score_record(record("r", [f("gt_1")], [], matching([], [], ["gt_1"])))
+    triage = summarize([rec]).to_dict()["safety"]["triage"]
+    assert triage["recall"] is None and triage["recall_ci"] is None
+
+
+def test_text_summary_is_readable(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [fig3_record().to_json()])
+    out = run_cli("summary", str(src), check=True).stdout
+    assert "mean actionable errors per pair: 2.000" in out
+    assert "triage" in out and "1/3" in out
+
+
+def test_record_round_trip_keeps_the_contract_keys():
+    data = json.loads(fig3_record().to_json())
+    assert {"schema_version", "pair_id", "stages", "repairs", "judge", "error", "scores"} <= set(data)
+    assert set(data["stages"]) >= {"reference_findings", "candidate_findings", "matching", "grading"}
+    assert parse_record(json.dumps(data)).to_json() == fig3_record().to_json()
