@@ -22,7 +22,8 @@
 #   --max-model-len N    context per request (default 16384) [RADMATCH_MAX_MODEL_LEN]
 #   --log-file F         server log [RADMATCH_LOG_FILE]
 #                        (default ~/.local/state/radmatch/radmatch-judge.log)
-#   --url URL            with --check-only: the server (default http://127.0.0.1:8000)
+#   --url URL            with --check-only: the server [RADMATCH_BASE_URL]
+#                        (default http://127.0.0.1:8000)
 #   -h, --help
 #
 # Other environment: VLLM_PYTHON (the python that has vllm; default serve/.venv,
@@ -455,6 +456,8 @@ parse_args() {
     done
     is_uint "$PORT" || die 2 "--port must be a number, got '$PORT'"
     is_uint "$MAX_MODEL_LEN" || die 2 "--max-model-len must be a number, got '$MAX_MODEL_LEN'"
+    [[ $GPU_UTIL =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] \
+        || die 2 "GPU_MEMORY_UTILIZATION must be a fraction such as 0.92, got '$GPU_UTIL'"
     [[ -z $TP ]] || [[ " ${TP_CHOICES[*]} " == *" $TP "* ]] \
         || die 2 "--tp must be one of ${TP_CHOICES[*]}, got '$TP'"
 }
@@ -464,7 +467,7 @@ main() {
     if [[ $MODE == check ]]; then
         local args=()
         [[ -z $API_KEY_FILE ]] || args=(--api-key-file "$API_KEY_FILE")
-        run_check "${CHECK_URL:-$(check_url)}" "${args[@]}"
+        run_check "${CHECK_URL:-${RADMATCH_BASE_URL:-$(check_url)}}" "${args[@]}"
         return
     fi
     LOG_FILE=${LOG_FILE:-${XDG_STATE_HOME:-$HOME/.local/state}/radmatch/radmatch-judge.log}

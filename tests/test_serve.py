@@ -158,7 +158,8 @@ def default_key_file(env: dict[str, str]) -> Path:
 
 
 def test_no_nvidia_smi_refuses(tmp_path, env):
-    assert shutil.which("nvidia-smi", path=SYSTEM_PATH) is None, "a real nvidia-smi is installed"
+    if shutil.which("nvidia-smi", path=SYSTEM_PATH):
+        pytest.skip("a real nvidia-smi is installed on this machine")
     result = run(["--dry-run"], env)
     assert result.returncode == 3
     assert "no GPU: nvidia-smi not found" in result.stderr
