@@ -75,9 +75,6 @@ def smollm_dir() -> Path:
     """The SmolLM2 fp32 folder that vLLM serves."""
     if override := os.environ.get(MODEL_DIR_ENV):
         return Path(override)
-    # TODO(issue 5): radmatch.smollm (another engineer's module) was not in the tree when
-    # this was written; until it lands the slow tests skip locally and FAIL under CI, unless
-    # RADMATCH_VLLM_TEST_MODEL_DIR names a converted folder. Remove this note once it exists.
     try:
         from radmatch.smollm import ensure_hf_dir  # lazy: pulls transformers and torch
     except ImportError as exc:
