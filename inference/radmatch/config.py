@@ -1,0 +1,137 @@
+"""Judge configuration from keyword arguments and RADMATCH_* environment variables.
+
+No configured server means the embedded CPU judge (SmolLM2), so that a fresh machine
+can run the whole pipeline. The API key is read from the environment variable named by
+`api_key_env` when the judge is built; it is never stored in the config, a record or a
+log line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from radmatch.prompts import MODALITIES
+
+Backend = Literal["auto", "vllm", "hosted", "transformers"]
+
+ENV_VARS: dict[str, str] = {
+    "backend": "RADMATCH_BACKEND",
+    "base_url": "RADMATCH_BASE_URL",
+    "model": "RADMATCH_MODEL",
+    "api_key_env": "RADMATCH_API_KEY_ENV",
+    "allow_remote_endpoint": "RADMATCH_ALLOW_REMOTE_ENDPOINT",
+    "timeout_s": "RADMATCH_TIMEOUT_S",
+    "retries": "RADMATCH_RETRIES",
+    "temperature": "RADMATCH_TEMPERATURE",
+    "thinking": "RADMATCH_THINKING",
+    "context_window": "RADMATCH_CONTEXT_WINDOW",
+    "local_model_dir": "RADMATCH_LOCAL_MODEL_DIR",
+    "concurrency": "RADMATCH_CONCURRENCY",
+    "cache": "RADMATCH_CACHE",
+    "cache_dir": "RADMATCH_JUDGE_CACHE_DIR",
+    "modality": "RADMATCH_MODALITY",
+}
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+DEFAULT_SERVED_MODEL = "radmatch-judge"  # the name serve/start_vllm.sh serves under
+SERVER_MAX_TOKENS = {"indication": 1024, "extract": 8192, "match": 6144, "grade": 6144}
+SMALL_MODEL_MAX_TOKENS = {"indication": 128, "extract": 1700, "match": 1400, "grade": 2048}
+
+
+class JudgeConfig(BaseModel):
+    """Which judge to use and how to drive it. Every field has a RADMATCH_* variable."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Backend = "auto"
+    base_url: Optional[str] = None
+    model: str = DEFAULT_SERVED_MODEL
+    api_key_env: str = "RADMATCH_API_KEY"
+    allow_remote_endpoint: bool = False
+    timeout_s: float = Field(300.0, gt=0)
+    retries: int = Field(3, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    thinking: Optional[bool] = None
+    context_window: Optional[int] = Field(None, gt=0)
+    local_model_dir: Optional[str] = None
+    concurrency: int = Field(8, ge=1)
+    cache: bool = True
+    cache_dir: Optional[str] = None
+    modality: str = "chest_xray"
+    max_tokens: Optional[dict[str, int]] = None
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: Any) -> "JudgeConfig":
+        """Environment first, keyword arguments (when not None) over it."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for field, var in ENV_VARS.items():
+            raw = env.get(var)
+            if raw is None or raw == "":
+                continue
+            if field in ("allow_remote_endpoint", "cache", "thinking"):
+                if raw.lower() not in _BOOLS:
+                    raise ValueError(f"{var} must be one of 1/0/true/false/yes/no; got {raw!r}")
+                values[field] = _BOOLS[raw.lower()]
+            else:
+                values[field] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        config = cls.model_validate(values)
+        if config.modality not in MODALITIES:
+            raise ValueError(
+                f"The 'modality' parameter must be one of {list(MODALITIES)}; got {config.modality!r}"
+            )
+        return config
+
+    @property
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "vllm" if self.base_url else "transformers"
+
+    @property
+    def is_small_local_model(self) -> bool:
+        return self.resolved_backend == "transformers"
+
+    def answer_cache_dir(self) -> Optional[Path]:
+        if not self.cache:
+            return None
+        if self.cache_dir:
+            return Path(self.cache_dir).expanduser()
+        from radmatch.smollm import cache_root
+
+        return cache_root() / "judge"
+
+    def stage_max_tokens(self) -> dict[str, int]:
+        base = SMALL_MODEL_MAX_TOKENS if self.is_small_local_model else SERVER_MAX_TOKENS
+        return {**base, **(self.max_tokens or {})}
+
+    def build_judge(self):
+        """Construct the backend. Heavy imports happen here, not at import time."""
+        backend = self.resolved_backend
+        if backend == "transformers":
+            from radmatch.judges.local import LocalTransformersJudge
+
+            model_dir = Path(self.local_model_dir).expanduser() if self.local_model_dir else None
+            return LocalTransformersJudge(model_dir, context_window=self.context_window)
+        if not self.base_url:
+            raise ValueError(
+                f"the {backend!r} backend needs a server URL: pass --base-url or set RADMATCH_BASE_URL"
+            )
+        from radmatch.judges.openai_compat import OpenAICompatibleJudge
+
+        return OpenAICompatibleJudge(
+            base_url=self.base_url,
+            model=self.model,
+            api_key=os.environ.get(self.api_key_env),
+            backend=backend,
+            timeout_s=self.timeout_s,
+            temperature=self.temperature,
+            thinking=self.thinking,
+            context_window=self.context_window,
+            allow_remote=self.allow_remote_endpoint,
+        )

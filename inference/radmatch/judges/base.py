@@ -1,0 +1,85 @@
+"""The judge contract: one async method, messages and a schema in, a parsed answer out.
+
+Exceptions::
+
+    JudgeError                  a judge call failed; the pair is marked failed
+    ├── TransientJudgeError     worth retrying (connection, timeout, 429, 5xx)
+    ├── InvalidAnswerError      the answer did not validate against the schema
+    └── EndpointRefusedError    report text would leave the local network without opt-in
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
+AnswerT = TypeVar("AnswerT", bound=BaseModel)
+
+
+class JudgeError(RuntimeError):
+    """A judge call failed."""
+
+
+class TransientJudgeError(JudgeError):
+    """A failure that a retry may cure."""
+
+
+class InvalidAnswerError(JudgeError):
+    """The judge answered, but not with JSON valid under the requested schema."""
+
+
+class EndpointRefusedError(JudgeError):
+    """The endpoint is not local and the user did not opt in to sending reports there."""
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+
+    def add(self, other: "Usage") -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+
+
+@dataclass
+class JudgeResult:
+    """The raw answer text (JSON) and what it cost."""
+
+    text: str
+    usage: Usage = field(default_factory=Usage)
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """What the pipeline needs from a backend.
+
+    `backend` and `model` identify the judge in records and cache keys;
+    `context_window` (tokens, or None when unknown) drives the context budget.
+    """
+
+    backend: str
+    model: str
+    context_window: Optional[int]
+
+    async def generate(
+        self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
+    ) -> JudgeResult:
+        """Answer the chat under the JSON schema of `schema`; the text is validated later."""
+        ...
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        """Tokens the messages take in this judge's tokenizer (an estimate when unknown)."""
+        ...
+
+    async def aclose(self) -> None:
+        ...
+
+
+def estimate_tokens(messages: list[Message]) -> int:
+    """A conservative estimate for judges without a local tokenizer (about 3 chars a token)."""
+    return sum(len(m["content"]) // 3 + 4 for m in messages)
