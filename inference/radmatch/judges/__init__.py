@@ -1,0 +1,21 @@
+"""Judge backends behind one contract (`Judge.generate`). Heavy imports stay in each module."""
+
+from radmatch.judges.base import (
+    EndpointRefusedError,
+    InvalidAnswerError,
+    Judge,
+    JudgeError,
+    JudgeResult,
+    TransientJudgeError,
+    Usage,
+)
+
+__all__ = [
+    "EndpointRefusedError",
+    "InvalidAnswerError",
+    "Judge",
+    "JudgeError",
+    "JudgeResult",
+    "TransientJudgeError",
+    "Usage",
+]
