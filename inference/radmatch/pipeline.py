@@ -9,6 +9,7 @@ record with `error` and no scores, never zero errors.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import threading
@@ -401,20 +402,28 @@ class Evaluator:
 
 
 def _validate(schema: type[BaseModel], text: str, stage: str, expect_length: Optional[int]) -> None:
+    """Raise InvalidAnswerError, saying what is wrong, unless `text` is a valid answer."""
     try:
-        answer = schema.model_validate_json(text)
+        data = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise InvalidAnswerError(
+            f"the {stage} answer is not valid JSON (a truncated answer means its token budget "
+            "was too small)"
+        ) from exc
+    if expect_length is not None and isinstance(data, dict):
+        got = data.get("errors_per_match")
+        if isinstance(got, list) and len(got) != expect_length:
+            raise InvalidAnswerError(
+                f"the grade answer has {len(got)} entries for {expect_length} matched rows"
+            )
+    try:
+        schema.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(answer)"
         raise InvalidAnswerError(
-            f"the {stage} answer is not valid JSON for its schema ({where}: {first['msg']}); "
-            "a truncated answer means the token budget was too small"
+            f"the {stage} answer does not fit its schema ({where}: {first['msg']})"
         ) from exc
-    if expect_length is not None and len(answer.errors_per_match) != expect_length:
-        raise InvalidAnswerError(
-            f"the grade answer has {len(answer.errors_per_match)} entries for {expect_length} "
-            "matched rows"
-        )
 
 
 def evaluate_pairs(
