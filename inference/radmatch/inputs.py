@@ -46,7 +46,12 @@ def _pair_from_row(row: dict[str, Any], columns: dict[str, str], where: str) -> 
     for field in ("reference", "candidate"):
         if values[field] is None:
             return RowProblem(where, f"column '{columns[field]}' is missing")
-    return PairInput(**values)
+    pair = PairInput(**values)
+    try:
+        pair.check(0)
+    except ValueError as exc:
+        return RowProblem(where, str(exc).split(": ", 1)[1])
+    return pair
 
 
 def read_pairs(

@@ -24,7 +24,7 @@ from radmatch.config import JudgeConfig
 from radmatch.decoding import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits, answer_models
 from radmatch.judges.base import InvalidAnswerError, Judge, JudgeError, TransientJudgeError, Usage
 from radmatch.prompting import finding_view, fit_messages, has_indication_header
-from radmatch.prompts import prompt_version
+from radmatch.prompts import MODALITIES, prompt_version
 from radmatch.recompute import score_record
 from radmatch.records import Record, Stages
 from radmatch.schemas import (
@@ -62,6 +62,10 @@ class PairInput:
                 )
         if self.indication is not None and not isinstance(self.indication, str):
             raise ValueError(f"pair {name}: indication must be a string or null")
+        if self.modality is not None and self.modality not in MODALITIES:
+            raise ValueError(
+                f"pair {name}: modality must be one of {list(MODALITIES)}; got {self.modality!r}"
+            )
 
 
 @dataclass
