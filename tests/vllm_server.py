@@ -146,7 +146,7 @@ def start_vllm_server(
         "--model", str(model_dir),
         "--served-model-name", served_name,
         "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", "2048",
+        "--max-model-len", "8192",  # SmolLM2's whole context: RadMatch prompts need ~6k
         # eager fp32: starts in ~30 s and decodes correctly on CPU (bf16 eager degenerates)
         "--enforce-eager", "--dtype", "float32",
         # as serve/start_vllm.sh configures the GPU judge
