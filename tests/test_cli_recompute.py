@@ -144,3 +144,22 @@ def test_record_round_trip_keeps_the_contract_keys():
     assert {"schema_version", "pair_id", "stages", "repairs", "judge", "error", "scores"} <= set(data)
     assert set(data["stages"]) >= {"reference_findings", "candidate_findings", "matching", "grading"}
     assert parse_record(json.dumps(data)).to_json() == fig3_record().to_json()
+
+
+def test_old_schema_versions_go_through_the_migration_list(monkeypatch):
+    import radmatch.records as records
+
+    def v1_to_v2(data):
+        data = dict(data)
+        data["flags"] = data.get("flags", []) + ["migrated from v1"]
+        return data
+
+    monkeypatch.setattr(records, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(records.MIGRATIONS, 1, v1_to_v2)
+    data = json.loads(fig3_record().to_json())
+    data["schema_version"] = 1
+    rec = records.parse_record(json.dumps(data))
+    assert rec.schema_version == 2 and rec.flags == ["migrated from v1"]
+    data["schema_version"] = 0
+    with pytest.raises(records.UnknownSchemaVersion, match="reads versions 1 to 2"):
+        records.parse_record(json.dumps(data))

@@ -277,13 +277,18 @@ def _read(path: PathLike) -> tuple[list[Record], list[str]]:
 
     Like `radmatch summary`, a bad line is skipped and reported, not fatal.
     """
+    from radmatch.recompute import ensure_scored
+
     records: list[Record] = []
     bad: list[str] = []
     for line_no, item in iter_lines(path):
-        if isinstance(item, BadLine):
-            bad.append(f"line {line_no} skipped: {item.message}")
-        else:
-            records.append(item)
+        if not isinstance(item, BadLine):
+            try:  # a record stored without scores is scored from its stages, as in summary
+                records.append(ensure_scored(item))
+                continue
+            except ValueError as exc:
+                item = BadLine(line_no, str(exc), "")
+        bad.append(f"line {line_no} skipped: {item.message}")
     return records, bad
 
 
