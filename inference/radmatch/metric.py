@@ -1,0 +1,368 @@
+"""What `radmatch_metric.py` (the `evaluate` metric) delegates to, and `radmatch install-metric`.
+
+The metric file holds metadata only; this module turns `compute()` inputs into
+`PairInput`s, runs them through one `Evaluator` per metric instance, and shapes the
+output. The evaluator (and so the loaded judge and its in-memory answer memo) is built
+on the first `compute()` and kept: every later epoch over the same references pays judge
+calls only for the new candidates.
+
+All evaluation runs on one event loop in a daemon thread owned by the scorer, so that a
+server judge's HTTP client lives on one loop across `compute()` calls, and `compute()`
+works inside a running loop (notebooks) too.
+
+Options (keyword arguments of `evaluate.load(...)`; each also has a RADMATCH_* variable)::
+
+    backend, base_url, model, api_key_env, allow_remote_endpoint, timeout_s, retries,
+    temperature, thinking, context_window, local_model_dir, concurrency, cache,
+    judge_cache_dir (RADMATCH_JUDGE_CACHE_DIR), modality, max_tokens,
+    records_path (RADMATCH_RECORDS_PATH: append every record to this JSONL file),
+    judge (a ready `radmatch` judge object; for tests and custom backends)
+
+`cache_dir` and `timeout` belong to `evaluate` itself (where it buffers predictions, and
+its distributed timeout), hence `judge_cache_dir` and `timeout_s` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from radmatch.config import ENV_VARS, JudgeConfig
+from radmatch.corpus import summarize
+from radmatch.pipeline import Evaluator, PairInput
+from radmatch.prompts import MODALITIES
+from radmatch.records import Record, RecordWriter
+
+log = logging.getLogger(__name__)
+
+METRIC_NAME = "radmatch"
+RECORDS_PATH_ENV = "RADMATCH_RECORDS_PATH"
+# Metric option -> JudgeConfig field, where the names differ.
+_RENAMED = {"judge_cache_dir": "cache_dir"}
+JUDGE_OPTIONS = tuple(
+    sorted({*(f for f in JudgeConfig.model_fields if f != "cache_dir"), *_RENAMED})
+)
+OPTIONS = (*JUDGE_OPTIONS, "records_path", "judge")
+PER_PAIR_EXTRAS = ("indications", "study_ids", "pair_ids", "modalities")
+SAFETY_KEYS = tuple(
+    (f"{tier}_{name}", tier, name) for tier in ("triage", "actionable") for name in ("precision", "recall")
+)
+
+
+# ---------------------------------------------------------------------------- options
+
+
+def split_init_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split `evaluate.load(**kwargs)` into evaluate's own keywords and RadMatch options.
+
+    Anything that is neither raises, naming the options: a typo must not silently
+    select the default judge.
+    """
+    import evaluate
+
+    own = set(inspect.signature(evaluate.EvaluationModule.__init__).parameters) - {"self", "kwargs"}
+    module_kwargs = {k: v for k, v in kwargs.items() if k in own}
+    options = {k: v for k, v in kwargs.items() if k not in own}
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"unknown RadMatch option(s) {unknown}; the options are {list(OPTIONS)} "
+            "(each also read from its RADMATCH_* environment variable)"
+        )
+    return module_kwargs, options
+
+
+def options_help() -> str:
+    """One line per option with its environment variable, for MetricInfo and --help."""
+    lines = []
+    for option in JUDGE_OPTIONS:
+        var = ENV_VARS.get(_RENAMED.get(option, option))
+        lines.append(f"{option}" + (f" ({var})" if var else ""))
+    lines.append(f"records_path ({RECORDS_PATH_ENV})")
+    return ", ".join(lines)
+
+
+# ---------------------------------------------------------------------------- the loop
+
+
+class _LoopThread:
+    """One event loop in a daemon thread; coroutines are submitted and waited for."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Any) -> Any:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._loop.run_forever, name="radmatch-metric", daemon=True
+                ).start()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+
+# ---------------------------------------------------------------------------- scorer
+
+
+class MetricScorer:
+    """One judge configuration and, once needed, one Evaluator reused across calls."""
+
+    def __init__(
+        self,
+        *,
+        records_path: str | None = None,
+        judge: Any = None,
+        env: dict[str, str] | None = None,
+        **options: Any,
+    ) -> None:
+        env = os.environ if env is None else env
+        renamed = {_RENAMED.get(k, k): v for k, v in options.items()}
+        self.config = JudgeConfig.from_env(env, **renamed)  # fails at load, not mid-epoch
+        self.records_path = records_path or env.get(RECORDS_PATH_ENV) or None
+        self._judge = judge
+        self._evaluator: Evaluator | None = None
+        self._build_lock = threading.Lock()
+        self._loop = _LoopThread()
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable: the judge is rebuilt on demand
+        state = self.__dict__.copy()
+        state.update(_evaluator=None, _judge=None, _build_lock=None, _loop=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._build_lock = threading.Lock()
+        self._loop = _LoopThread()
+
+    @property
+    def evaluator(self) -> Evaluator:
+        with self._build_lock:
+            if self._evaluator is None:
+                self._evaluator = Evaluator.from_config(self.config, judge=self._judge)
+            return self._evaluator
+
+    def evaluate(self, pairs: list[PairInput]) -> tuple[list[Record], int]:
+        """Records in input order and the number of judge calls this run made."""
+        evaluator = self.evaluator
+        before = evaluator.stats.judge_calls
+        writer = RecordWriter(self.records_path, append=True) if self.records_path else None
+        try:
+            records = self._loop.run(
+                evaluator.aevaluate(pairs, on_record=writer.write if writer else None)
+            )
+        finally:
+            if writer is not None:
+                writer.close()
+        failed = sum(r.error is not None for r in records)
+        if failed:  # counts only: report text and judge answers never reach the log
+            log.warning("%d of %d pair(s) failed; their actionable_errors are None", failed, len(records))
+        return records, evaluator.stats.judge_calls - before
+
+    def compute(
+        self, predictions: Sequence[str], references: Sequence[str], **extras: Any
+    ) -> dict[str, Any]:
+        """The metric's `_compute`: per-pair counts, the corpus summary, the records."""
+        pairs = make_pairs(predictions, references, **extras)
+        records, judge_calls = self.evaluate(pairs)
+        return metric_output(records, judge_calls=judge_calls)
+
+
+def _check_list(name: str, value: Any, n: int, *, allow_scalar: bool = False) -> list[Any]:
+    if value is None:
+        return [None] * n
+    if allow_scalar and isinstance(value, str):
+        return [value] * n
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != n:
+        got = f"{type(value).__name__} of length {len(value)}" if hasattr(value, "__len__") else type(value).__name__
+        raise ValueError(
+            f"The '{name}' parameter of RadMatch.compute must be None or a list with one "
+            f"entry per pair ({n}); got {got} instead"
+        )
+    values = list(value)
+    for item in values:
+        if item is not None and not isinstance(item, str):
+            raise ValueError(
+                f"The '{name}' parameter of RadMatch.compute must hold strings or None; "
+                f"got {type(item).__name__} instead"
+            )
+    return values
+
+
+def make_pairs(
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    indications: Sequence[str | None] | None = None,
+    study_ids: Sequence[str | None] | None = None,
+    pair_ids: Sequence[str | None] | None = None,
+    modalities: Any = None,
+    **unknown: Any,
+) -> list[PairInput]:
+    """Validated pairs from compute()'s columns and optional per-pair extras."""
+    if unknown:
+        hint = ""
+        if "modality" in unknown:
+            hint = (
+                "; per-pair modalities go as modalities=[...] (or one string for all), the "
+                "default as evaluate.load(..., modality=...)"
+            )
+        raise TypeError(
+            f"unknown keyword(s) {sorted(unknown)} for RadMatch.compute; the per-pair "
+            f"extras are {list(PER_PAIR_EXTRAS)}{hint}"
+        )
+    predictions, references = list(predictions), list(references)
+    n = len(references)
+    if len(predictions) != n:
+        raise ValueError(
+            f"The 'predictions' parameter of RadMatch.compute must have one entry per "
+            f"reference ({n}); got {len(predictions)} instead"
+        )
+    columns = {
+        "indication": _check_list("indications", indications, n),
+        "study_id": _check_list("study_ids", study_ids, n),
+        "pair_id": _check_list("pair_ids", pair_ids, n),
+        "modality": _check_list("modalities", modalities, n, allow_scalar=True),
+    }
+    for modality in columns["modality"]:
+        if modality is not None and modality not in MODALITIES:
+            raise ValueError(
+                f"The 'modalities' parameter of RadMatch.compute must hold values from "
+                f"{list(MODALITIES)}; got {modality!r} instead"
+            )
+    return [
+        PairInput(
+            reference=reference,
+            candidate=prediction,
+            **{key: values[i] for key, values in columns.items()},
+        )
+        for i, (prediction, reference) in enumerate(zip(predictions, references))
+    ]
+
+
+def metric_output(records: list[Record], *, judge_calls: int | None = None) -> dict[str, Any]:
+    """compute()'s result: flat corpus scalars for loggers, per-pair lists, the summary.
+
+    `actionable_errors[i]` is None when pair i failed: a failure is never 0 errors.
+    """
+    summary = summarize(records).to_dict()
+    output: dict[str, Any] = {
+        "mean_actionable_errors": summary["mean_actionable_errors"],
+        **{key: summary["safety"][tier][name] for key, tier, name in SAFETY_KEYS},
+        "n_pairs": len(records),
+        "n_scored": summary["n_scored"],
+        "n_failed": summary["n_failed"],
+        "actionable_errors": [
+            None if r.error is not None or r.scores is None else r.scores.actionable_errors
+            for r in records
+        ],
+        "summary": summary,
+        "records": [json.loads(r.to_json()) for r in records],
+    }
+    if judge_calls is not None:
+        output["judge_calls"] = judge_calls
+    return output
+
+
+# ---------------------------------------------------------------------------- install
+
+
+def script_path() -> str:
+    """The metric script: `radmatch/radmatch_metric.py` in a wheel, the checkout's otherwise.
+
+    A string, as `evaluate.load` needs: ``evaluate.load(radmatch.metric.script_path())``
+    loads the installed metric.
+    """
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "radmatch_metric.py", here.parents[1] / "radmatch_metric.py"):
+        if candidate.is_file():
+            return str(candidate)
+    raise FileNotFoundError(
+        "radmatch_metric.py is neither in the installed package nor in a checkout next to "
+        "it; reinstall radmatch ('pip install radmatch[metric]')"
+    )
+
+
+def modules_cache_default() -> Path:
+    """evaluate's modules cache: $HF_MODULES_CACHE, else $HF_HOME/modules (as evaluate reads it)."""
+    try:
+        from evaluate import config
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError("the metric needs evaluate: pip install 'radmatch[metric]'") from exc
+    return Path(config.HF_MODULES_CACHE)
+
+
+def install_metric(modules_cache: Path | None = None) -> Path:
+    """Place the metric script where evaluate resolves a bare `evaluate.load("radmatch")`.
+
+    Offline, evaluate looks for `<modules cache>/evaluate_modules/metrics/
+    evaluate-metric--radmatch/<64 hex>/radmatch.py` (the newest one wins). The hash is
+    the script's sha256; earlier installs in that folder are removed. Returns the path.
+    """
+    data = Path(script_path()).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    root = Path(modules_cache).expanduser() if modules_cache else modules_cache_default()
+    home = root / "evaluate_modules" / "metrics" / f"evaluate-metric--{METRIC_NAME}"
+    home.mkdir(parents=True, exist_ok=True)
+    for folder in (root, root / "evaluate_modules", home.parent, home):
+        (folder / "__init__.py").touch(exist_ok=True)
+    for old in home.iterdir():
+        if old.is_dir() and len(old.name) == 64 and old.name != digest:
+            shutil.rmtree(old, ignore_errors=True)
+    target_dir = home / digest
+    target_dir.mkdir(exist_ok=True)
+    (target_dir / "__init__.py").touch(exist_ok=True)
+    target = target_dir / f"{METRIC_NAME}.py"
+    fd, tmp = tempfile.mkstemp(dir=target_dir, suffix=".tmp")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, target)  # also refreshes the mtime evaluate sorts by
+    return target
+
+
+def cmd_install_metric(args: argparse.Namespace) -> int:
+    try:
+        target = install_metric(Path(args.modules_cache) if args.modules_cache else None)
+    except (OSError, ImportError) as exc:
+        print(f"radmatch: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"installed the RadMatch metric at {target}")
+    print("load it with: evaluate.load(\"radmatch\")  (works with HF_EVALUATE_OFFLINE=1)")
+    return 0
+
+
+def add_install_metric_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `radmatch install-metric` (cli.py's `_extra_commands`)."""
+    p = subparsers.add_parser(
+        "install-metric",
+        help="make evaluate.load(\"radmatch\") work, offline included",
+        description="Copy the RadMatch metric script into the Hugging Face evaluate "
+        "modules cache, so that evaluate.load(\"radmatch\") finds it from any directory, "
+        "with HF_EVALUATE_OFFLINE=1 and without the Hub. Run it again after upgrading "
+        "radmatch. Without it, load the metric with "
+        "evaluate.load(radmatch.metric.script_path()).",
+    )
+    p.add_argument(
+        "--modules-cache",
+        metavar="DIR",
+        help="evaluate's modules cache (default: $HF_MODULES_CACHE, else $HF_HOME/modules, "
+        "else ~/.cache/huggingface/modules)",
+    )
+    p.set_defaults(func=cmd_install_metric)

@@ -1,0 +1,115 @@
+"""RadMatch as a Hugging Face `evaluate` metric: metadata and a thin adapter.
+
+The pipeline, the scoring and the output shape live in the `radmatch` package
+(`radmatch.metric`); this file only declares the metric. Load it with any of::
+
+    evaluate.load("radmatch")                          # after `radmatch install-metric`
+    evaluate.load(radmatch.metric.script_path())       # from the installed package
+    evaluate.load("path/to/radmatch_metric.py")        # from a checkout
+
+All three work offline (HF_EVALUATE_OFFLINE=1).
+"""
+
+import datasets
+import evaluate
+
+import radmatch.metric
+
+_CITATION = """\
+@article{radmatch,
+  title  = {RadMatch: auditable radiology report evaluation by finding-level matching},
+  author = {RadMatch authors},
+  year   = {2026},
+  note   = {Counts clinically actionable errors of a candidate report against a reference}
+}
+"""
+
+_DESCRIPTION = """\
+RadMatch scores a candidate radiology report against a reference report by counting
+clinically actionable errors. An LLM judge extracts the findings of both reports,
+matches them and grades the matched pairs; deterministic rules then derive outcomes
+(correct, partial, incorrect, missed, spurious), significance tiers and per-pair
+actionable errors. Every pair leaves an audit record of each verdict, with verbatim
+evidence, so that a score can be traced to the findings behind it.
+
+Judge configuration (keyword arguments of evaluate.load, or RADMATCH_* environment
+variables; keyword arguments win): with no base_url the embedded CPU judge
+(SmolLM2-135M, which only exercises the pipeline) runs in-process; with base_url an
+OpenAI-compatible server (vLLM, `serve/start_vllm.sh`) is used. Report text is sent
+only to loopback or private-network addresses unless allow_remote_endpoint=True.
+Options: """ + radmatch.metric.options_help() + """.
+Judge answers are cached on disk (cache=False to turn off) and in memory for the life
+of the metric object: re-evaluating the same references every epoch costs judge calls
+only for the new candidates.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (`list` of `str`): candidate reports, one per pair.
+    references (`list` of `str`): reference reports, aligned with `predictions`.
+    indications (`list` of `str` or None, optional): the clinical indication per pair.
+        Without it, the indication is read from an "Indication:" line of the reference.
+    study_ids (`list` of `str` or None, optional): study ids, kept in the records.
+    pair_ids (`list` of `str`, optional): unique pair ids (default: the position).
+    modalities (`str` or `list` of `str`, optional): modality per pair (default: the
+        metric's `modality` option, "chest_xray"). Picks the few-shot exemplars.
+    The optional extras are keyword arguments of `compute()` only (`add_batch` takes
+    `predictions` and `references`); after `add_batch` calls, pass them to `compute()`
+    covering every pair added.
+Returns:
+    actionable_errors (`list` of `int` or None): per pair, aligned with the inputs; None
+        when the pair failed (a failure is never 0 errors).
+    mean_actionable_errors (`float` or None): over the scored pairs.
+    triage_precision, triage_recall, actionable_precision, actionable_recall (`float`
+        or None): pooled over the scored pairs; None when undefined.
+    n_pairs, n_scored, n_failed (`int`).
+    summary (`dict`): the corpus summary (outcome counts, safety tiers with 95 % Wilson
+        intervals, attribution, subsets, failed pairs).
+    records (`list` of `dict`): the audit record of every pair (RECORDS.md).
+    judge_calls (`int`): answers this call got from the judge (cached ones cost none).
+Examples:
+    Loading and inspecting the inputs (no judge runs until `compute`):
+
+    >>> import evaluate
+    >>> radmatch_metric = evaluate.load("radmatch_metric.py")
+    >>> sorted(radmatch_metric.features)
+    ['predictions', 'references']
+
+    A judge that cannot be reached fails every pair; the pair is reported as failed:
+
+    >>> radmatch_metric = evaluate.load(
+    ...     "radmatch_metric.py", base_url="http://127.0.0.1:9/v1", retries=1, cache=False)
+    >>> results = radmatch_metric.compute(
+    ...     predictions=["No pleural effusion."],
+    ...     references=["Small right pleural effusion."],
+    ...     study_ids=["study-1"])
+    >>> results["actionable_errors"], results["n_failed"], results["mean_actionable_errors"]
+    ([None], 1, None)
+    >>> results["records"][0]["study_id"], results["records"][0]["error"][:8]
+    ('study-1', 'extract:')
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class RadMatch(evaluate.Metric):
+    """Counts clinically actionable errors of candidate reports; see `radmatch.metric`."""
+
+    def __init__(self, **kwargs):
+        module_kwargs, options = radmatch.metric.split_init_kwargs(kwargs)
+        super().__init__(**module_kwargs)
+        self._scorer = radmatch.metric.MetricScorer(**options)
+
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+            ),
+            codebase_urls=[],
+            reference_urls=[],
+        )
+
+    def _compute(self, predictions, references, **extras):
+        return self._scorer.compute(predictions, references, **extras)

@@ -1,0 +1,589 @@
+"""The evaluate metric (radmatch_metric.py -> radmatch.metric) and `radmatch install-metric`.
+
+Fast tests drive the metric with a scripted judge (orchestration only) or with a judge
+endpoint that refuses connections (every pair fails: a real failure path). Loading is
+tested in subprocesses with HF_EVALUATE_OFFLINE=1, from a directory outside the
+checkout, the three ways users load it. Tests marked slow run the embedded SmolLM2
+judge; they share one answer cache for the session, so each answer is computed once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")  # before evaluate is imported
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import pytest
+
+from radmatch import Evaluator, JudgeConfig, PairInput
+from radmatch.judges.base import JudgeError, JudgeResult, Usage, estimate_tokens
+from radmatch.metric import (
+    MetricScorer,
+    add_install_metric_parser,
+    install_metric,
+    make_pairs,
+    script_path,
+    split_init_kwargs,
+)
+from radmatch.records import read_records
+
+REPO = Path(__file__).resolve().parents[1]
+SHIM = REPO / "radmatch_metric.py"
+CLOSED_URL = "http://127.0.0.1:9/v1"  # loopback discard port: connection refused at once
+
+# Short chest X-ray reports; the pairs share one reference (an epoch of a training loop).
+REF = "Heart size is normal. Small right pleural effusion. No pneumothorax."
+C1 = "Heart size is normal. No pleural effusion. No pneumothorax."
+C2 = "Normal heart size. Small right pleural effusion."
+C3 = "Small right pleural effusion. No pneumothorax."
+REF2 = "Moderate cardiomegaly. Mild pulmonary vascular congestion. No pneumothorax."
+C4 = "Moderate cardiomegaly. No pneumothorax."
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class ScriptedJudge:
+    """A deterministic judge for orchestration tests: one finding per sentence,
+    findings with the same text match, no grading errors. A report containing FAIL
+    makes the call fail. `calls` lists (stage, user input) in call order."""
+
+    backend = "scripted"
+    model = "scripted-judge"
+    context_window = None
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+
+    async def generate(self, messages, schema, *, max_tokens):
+        user = json.loads(messages[-1]["content"])
+        props = schema.model_json_schema()["properties"]
+        if "findings" in props:
+            stage = "extract"
+            if "FAIL" in user["report"]:
+                self.calls.append((stage, user))
+                raise JudgeError("scripted failure")
+            answer = {"findings": [_finding(s) for s in _sentences(user["report"])]}
+        elif "matches" in props:
+            stage = "match"
+            gt = {_norm(f["text"]): f["finding_id"] for f in user["gt_findings"]}
+            rows, unmatched_pred = [], []
+            for f in user["pred_findings"]:
+                if _norm(f["text"]) in gt:
+                    rows.append({"pred_id": f["finding_id"], "gt_id": gt.pop(_norm(f["text"])),
+                                 "reasoning": "same text", "match_scope": "direct"})
+                else:
+                    unmatched_pred.append(f["finding_id"])
+            answer = {"matches": rows, "unmatched_pred": unmatched_pred, "unmatched_gt": list(gt.values())}
+        elif "errors_per_match" in props:
+            stage = "grade"
+            answer = {"errors_per_match": [[] for _ in user["pairs"]]}
+        else:
+            stage = "indication"
+            answer = {"indication": ""}
+        self.calls.append((stage, user))
+        return JudgeResult(text=json.dumps(answer), usage=Usage(prompt_tokens=10, completion_tokens=5))
+
+    def count_tokens(self, messages):
+        return estimate_tokens(messages)
+
+    async def aclose(self):
+        return None
+
+
+def _sentences(report: str) -> list[str]:
+    return [s.strip() + "." for s in report.split(".") if s.strip()]
+
+
+def _norm(text: str) -> str:
+    return text.lower().strip(" .")
+
+
+def _finding(sentence: str) -> dict:
+    normal = sentence.lower().startswith("no ") or "normal" in sentence.lower()
+    return {
+        "text": sentence,
+        "clinical_status": "normal" if normal else "abnormal",
+        "clinical_significance": "routine" if normal else "urgent",
+        "evidence": [sentence],
+    }
+
+
+def extract_reports(calls) -> list[str]:
+    return [user["report"] for stage, user in calls if stage == "extract"]
+
+
+def load_metric(**options):
+    import evaluate
+
+    return evaluate.load(str(SHIM), **options)
+
+
+def offline_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment of a subprocess: offline, its own HF caches, no inherited judge."""
+    keep = {"RADMATCH_CACHE_DIR", "RADMATCH_SMOLLM_GGUF", "RADMATCH_LOCAL_MODEL_DIR"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RADMATCH_") or k in keep}
+    env.update(
+        HF_EVALUATE_OFFLINE="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HOME=str(tmp / "hf-home"),
+        HF_MODULES_CACHE=str(tmp / "hf-modules"),
+        PYTHONPATH="",  # the installed radmatch, not the checkout on sys.path
+    )
+    env.update(extra)
+    return env
+
+
+def run_python(*blocks: str, cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run code blocks (each dedented on its own) in a fresh interpreter."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "\n".join(textwrap.dedent(b) for b in blocks)],
+        check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def install_via_cli(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`radmatch install-metric`; until cli.py registers the command, the same parser."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "radmatch.cli", "install-metric"],
+        check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )
+    if proc.returncode == 2 and "invalid choice" in proc.stderr:
+        # TODO(lead): drop this fallback once cli.py's _extra_commands registers
+        # radmatch.metric.add_install_metric_parser.
+        code = """
+            import argparse, sys
+            from radmatch.metric import add_install_metric_parser
+            parser = argparse.ArgumentParser(prog="radmatch")
+            add_install_metric_parser(parser.add_subparsers(dest="command", required=True))
+            args = parser.parse_args(["install-metric"])
+            sys.exit(args.func(args))
+        """
+        proc = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+FAILING_COMPUTE = """
+    results = metric.compute(predictions=["No pleural effusion."],
+                             references=["Small right pleural effusion."])
+    print(json.dumps({"cls": type(metric).__name__, "features": sorted(metric.features),
+                      "citation": metric.citation, "description": metric.description,
+                      "errors": results["actionable_errors"], "n_failed": results["n_failed"],
+                      "record_error": results["records"][0]["error"]}))
+"""
+
+
+def check_failing_compute(out: dict) -> None:
+    assert out["cls"] == "RadMatch"
+    assert out["features"] == ["predictions", "references"]
+    assert "RadMatch" in out["citation"] and "RADMATCH_BASE_URL" in out["description"]
+    assert out["errors"] == [None] and out["n_failed"] == 1  # failed, never 0 errors
+    assert out["record_error"].startswith("extract:")
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def test_kwargs_description_doctests_run(tmp_path):
+    """The usage examples in _KWARGS_DESCRIPTION are doctests (CI runs them through this)."""
+    proc = run_python(
+        """
+        import doctest, sys
+        import radmatch_metric
+        result = doctest.testmod(radmatch_metric, optionflags=doctest.ELLIPSIS)
+        print(result.attempted, result.failed)
+        sys.exit(1 if result.failed or result.attempted < 5 else 0)
+        """,
+        cwd=REPO, env=offline_env(tmp_path, PYTHONPATH=str(REPO)),
+    )
+    attempted, failed = map(int, proc.stdout.split()[-2:])
+    assert failed == 0 and attempted >= 5
+
+
+def test_load_from_checkout_file_offline(tmp_path):
+    proc = run_python(
+        f"""
+        import json
+        import evaluate
+        metric = evaluate.load({str(SHIM)!r}, base_url={CLOSED_URL!r}, retries=1, cache=False)
+        """,
+        FAILING_COMPUTE,
+        cwd=tmp_path, env=offline_env(tmp_path),
+    )
+    check_failing_compute(last_json(proc))
+
+
+def test_load_from_installed_package_one_liner(tmp_path):
+    """The documented one-liner: evaluate.load(radmatch.metric.script_path())."""
+    proc = run_python(
+        f"""
+        import json
+        import evaluate
+        import radmatch.metric
+        metric = evaluate.load(radmatch.metric.script_path(), base_url={CLOSED_URL!r}, retries=1, cache=False)
+        """,
+        FAILING_COMPUTE,
+        cwd=tmp_path, env=offline_env(tmp_path),
+    )
+    check_failing_compute(last_json(proc))
+
+
+def test_bare_name_after_install_metric(tmp_path):
+    """`radmatch install-metric`, then evaluate.load("radmatch") from another directory."""
+    env = offline_env(tmp_path)
+    proc = install_via_cli(tmp_path, env)
+    installed = Path(proc.stdout.split(" at ", 1)[1].splitlines()[0])
+    assert installed.is_file() and installed.name == "radmatch.py"
+    assert installed.parents[1].name == "evaluate-metric--radmatch"
+    assert str(installed).startswith(env["HF_MODULES_CACHE"])  # honours HF_MODULES_CACHE
+    assert installed.read_bytes() == SHIM.read_bytes()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_python(
+        f"""
+        import json
+        import evaluate
+        metric = evaluate.load("radmatch", base_url={CLOSED_URL!r}, retries=1, cache=False)
+        """,
+        FAILING_COMPUTE,
+        cwd=elsewhere, env=env,
+    )
+    check_failing_compute(last_json(proc))
+    assert "Using the latest cached version" in proc.stderr  # resolved from the modules cache
+
+
+def test_install_metric_replaces_an_earlier_install(tmp_path):
+    home = tmp_path / "evaluate_modules" / "metrics" / "evaluate-metric--radmatch"
+    stale = home / ("0" * 64)
+    stale.mkdir(parents=True)
+    (stale / "radmatch.py").write_text("# an older RadMatch\n")
+    target = install_metric(tmp_path)
+    assert target == install_metric(tmp_path)  # idempotent
+    assert [p.name for p in home.iterdir() if p.is_dir()] == [target.parent.name]
+    assert len(target.parent.name) == 64
+    for folder in (tmp_path, tmp_path / "evaluate_modules", home.parent, home, target.parent):
+        assert (folder / "__init__.py").is_file()
+
+
+def test_install_metric_parser_help():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="radmatch")
+    add_install_metric_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["install-metric", "--modules-cache", "/x"])
+    assert args.modules_cache == "/x" and callable(args.func)
+    assert script_path() == str(SHIM)
+
+
+# ---------------------------------------------------------------------------- options
+
+
+def test_judge_options_from_environment_and_load_kwargs(tmp_path):
+    env = {
+        "RADMATCH_BASE_URL": "http://127.0.0.1:8000/v1",
+        "RADMATCH_MODEL": "gemma-judge",
+        "RADMATCH_API_KEY_ENV": "MY_JUDGE_KEY",
+        "RADMATCH_CONCURRENCY": "3",
+        "RADMATCH_CACHE": "0",
+        "RADMATCH_JUDGE_CACHE_DIR": str(tmp_path / "answers"),
+        "RADMATCH_MODALITY": "chest_ct",
+        "RADMATCH_RECORDS_PATH": str(tmp_path / "records.jsonl"),
+    }
+    scorer = MetricScorer(env=env)
+    c = scorer.config
+    assert (c.base_url, c.model, c.api_key_env, c.concurrency, c.cache) == (
+        "http://127.0.0.1:8000/v1", "gemma-judge", "MY_JUDGE_KEY", 3, False)
+    assert c.cache_dir == str(tmp_path / "answers") and c.resolved_backend == "vllm"
+    assert c.modality == "chest_ct"
+    assert scorer.records_path == str(tmp_path / "records.jsonl")
+    # keyword arguments (evaluate.load(..., **kwargs)) win over the environment
+    scorer = MetricScorer(env=env, concurrency=5, judge_cache_dir="/other", records_path="r.jsonl")
+    assert scorer.config.concurrency == 5 and scorer.config.cache_dir == "/other"
+    assert scorer.records_path == "r.jsonl"
+
+
+def test_unknown_load_option_is_refused():
+    with pytest.raises(TypeError, match="unknown RadMatch option.*base_ur"):
+        split_init_kwargs({"base_ur": "http://127.0.0.1:1"})
+    module_kwargs, options = split_init_kwargs({"experiment_id": "e", "base_url": "u"})
+    assert module_kwargs == {"experiment_id": "e"} and options == {"base_url": "u"}
+    with pytest.raises(ValueError, match="modality"):
+        MetricScorer(env={}, modality="dental")
+
+
+def test_extras_are_validated():
+    with pytest.raises(ValueError, match="The 'indications' parameter of RadMatch.compute"):
+        make_pairs(["a", "b"], ["a", "b"], indications=["only one"])
+    with pytest.raises(ValueError, match="one entry per reference"):
+        make_pairs(["a"], ["a", "b"])
+    with pytest.raises(TypeError, match="modalities="):
+        make_pairs(["a"], ["a"], modality="chest_xray")
+    with pytest.raises(ValueError, match="modalities"):
+        make_pairs(["a"], ["a"], modalities=["dental"])
+    pairs = make_pairs(["a", "b"], ["c", "d"], modalities="chest_xray", study_ids=["s1", None])
+    assert [p.modality for p in pairs] == ["chest_xray"] * 2 and pairs[1].study_id is None
+
+
+# ---------------------------------------------------------------------------- compute
+
+
+def test_compute_over_a_dataset_with_extras_and_records(tmp_path):
+    import datasets
+
+    judge = ScriptedJudge()
+    records_path = tmp_path / "records.jsonl"
+    metric = load_metric(judge=judge, cache=False, records_path=str(records_path))
+    ds = datasets.Dataset.from_dict({
+        "reference": [REF, REF, "FAIL " + REF],
+        "candidate": [REF, C1, C1],
+        "indication": ["Dyspnoea.", None, None],
+        "study_id": ["s1", "s2", "s3"],
+    })
+    out = metric.compute(
+        predictions=ds["candidate"], references=ds["reference"],
+        indications=list(ds["indication"]), study_ids=list(ds["study_id"]),
+    )
+    assert out["actionable_errors"][0] == 0
+    assert out["actionable_errors"][1] >= 1  # the effusion was missed
+    assert out["actionable_errors"][2] is None  # failed: never 0
+    assert (out["n_pairs"], out["n_scored"], out["n_failed"]) == (3, 2, 1)
+    assert out["mean_actionable_errors"] == pytest.approx(sum(out["actionable_errors"][:2]) / 2)
+    for key in ("triage_precision", "triage_recall", "actionable_precision", "actionable_recall"):
+        assert key in out
+    assert out["summary"]["outcomes"] == {
+        k: sum(r["scores"]["outcomes"][k] for r in out["records"][:2]) for k in out["summary"]["outcomes"]
+    }
+    recs = out["records"]
+    assert [r["study_id"] for r in recs] == ["s1", "s2", "s3"]
+    assert recs[0]["indication"] == "Dyspnoea." and recs[0]["stages"]["indication"] == "Dyspnoea."
+    assert recs[2]["scores"] is None and "scripted failure" in recs[2]["error"]
+    assert out["judge_calls"] == len(judge.calls) - 1  # the call that raised gave no answer
+    json.dumps(out)  # plain JSON: loggable as is
+    stored = list(read_records(records_path))
+    assert [r.study_id for r in stored] and sorted(r.study_id for r in stored) == ["s1", "s2", "s3"]
+
+
+def test_add_batch_streaming_then_compute_with_extras():
+    judge = ScriptedJudge()
+    metric = load_metric(judge=judge, cache=False)
+    metric.add_batch(predictions=[REF, C1], references=[REF, REF])
+    metric.add_batch(predictions=[C4], references=[REF2])
+    out = metric.compute(study_ids=["a", "b", "c"], modalities="chest_xray")
+    assert len(out["actionable_errors"]) == 3 and None not in out["actionable_errors"]
+    assert [r["study_id"] for r in out["records"]] == ["a", "b", "c"]
+    assert [r["candidate"] for r in out["records"]] == [REF, C1, C4]
+    # a streamed compute equals a one-shot compute of the same pairs
+    once = load_metric(judge=ScriptedJudge(), cache=False).compute(
+        predictions=[REF, C1, C4], references=[REF, REF, REF2])
+    assert once["actionable_errors"] == out["actionable_errors"]
+
+
+def test_second_compute_calls_the_judge_only_for_new_candidates():
+    """Epoch 2 over the same references: the reference extractions are reused (memory
+    memo of the metric's one evaluator; the disk cache is off here)."""
+    judge = ScriptedJudge()
+    metric = load_metric(judge=judge, cache=False)
+    first = metric.compute(predictions=[C1, C4], references=[REF, REF2])
+    assert sorted(extract_reports(judge.calls)) == sorted([REF, REF2, C1, C4])
+    assert first["judge_calls"] == len(judge.calls)
+    judge.calls.clear()
+    second = metric.compute(predictions=[C2, C3], references=[REF, REF2])
+    assert sorted(extract_reports(judge.calls)) == sorted([C2, C3])  # no reference
+    assert {stage for stage, _ in judge.calls} <= {"extract", "match", "grade"}
+    assert second["judge_calls"] == len(judge.calls)
+    assert all(r["usage"]["cached_calls"] >= 1 for r in second["records"])
+    judge.calls.clear()
+    again = metric.compute(predictions=[C2, C3], references=[REF, REF2])  # nothing new
+    assert judge.calls == [] and again["judge_calls"] == 0
+    assert again["actionable_errors"] == second["actionable_errors"]
+
+
+def test_scorer_pickles_without_its_judge():
+    scorer = MetricScorer(env={}, judge=ScriptedJudge(), cache=False)
+    scorer.compute([C1], [REF])
+    clone = pickle.loads(pickle.dumps(scorer))
+    assert clone.config == scorer.config and clone._evaluator is None
+
+
+def test_compute_inside_a_running_event_loop():
+    import asyncio
+
+    metric = load_metric(judge=ScriptedJudge(), cache=False)
+
+    async def in_notebook():
+        return metric.compute(predictions=[C1], references=[REF])
+
+    assert asyncio.run(in_notebook())["n_scored"] == 1
+
+
+# ---------------------------------------------------------------------------- real model
+
+
+class RecordingJudge:
+    """Wraps a real judge, recording (stage, user input) of every call that reaches it."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.backend, self.model, self.context_window = inner.backend, inner.model, inner.context_window
+        self.calls: list[tuple[str, dict]] = []
+
+    async def generate(self, messages, schema, *, max_tokens):
+        props = schema.model_json_schema()["properties"]
+        stage = next((s for k, s in (("findings", "extract"), ("matches", "match"),
+                                     ("errors_per_match", "grade")) if k in props), "indication")
+        self.calls.append((stage, json.loads(messages[-1]["content"])))
+        return await self.inner.generate(messages, schema, max_tokens=max_tokens)
+
+    def count_tokens(self, messages):
+        return self.inner.count_tokens(messages)
+
+    async def aclose(self):
+        return None
+
+
+@pytest.fixture(scope="session")
+def shared_answer_cache(tmp_path_factory) -> Path:
+    """One judge-answer store for every slow test of the session (test_reward too):
+    the session's base temp dir is the same for all modules. Set
+    RADMATCH_TEST_JUDGE_CACHE to keep answers across sessions when iterating locally."""
+    override = os.environ.get("RADMATCH_TEST_JUDGE_CACHE")
+    path = Path(override) if override else tmp_path_factory.getbasetemp() / "radmatch-judge-answers"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_judge():
+    from radmatch.judges.local import LocalTransformersJudge
+
+    return LocalTransformersJudge()
+
+
+@pytest.mark.slow
+def test_bare_name_over_a_dataset_with_the_real_model_equals_the_pipeline(
+    tmp_path, shared_answer_cache, local_judge
+):
+    """evaluate.load("radmatch") in a fresh offline process, compute over a
+    datasets.Dataset with the embedded SmolLM2 judge; per-pair counts equal the
+    pipeline's on the same pairs."""
+    env = offline_env(tmp_path, RADMATCH_JUDGE_CACHE_DIR=str(shared_answer_cache))
+    install_via_cli(tmp_path, env)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_python(
+        f"""
+        import json
+        import datasets
+        import evaluate
+        ds = datasets.Dataset.from_dict({{"reference": [{REF!r}, {REF!r}],
+                                         "candidate": [{C1!r}, {C2!r}],
+                                         "study_id": ["rm-1", "rm-2"]}})
+        metric = evaluate.load("radmatch")
+        out = metric.compute(predictions=ds["candidate"], references=ds["reference"],
+                             study_ids=list(ds["study_id"]))
+        print(json.dumps({{"errors": out["actionable_errors"], "n_failed": out["n_failed"],
+                          "outcomes": [r["scores"] and r["scores"]["outcomes"] for r in out["records"]],
+                          "model": out["records"][0]["judge"]["model"],
+                          "mean": out["mean_actionable_errors"]}}))
+        """,
+        cwd=elsewhere, env=env,
+    )
+    out = last_json(proc)
+    assert out["n_failed"] == 0, out
+    assert all(isinstance(e, int) and e >= 0 for e in out["errors"])
+    assert out["model"] == "SmolLM2-135M-Instruct"
+
+    evaluator = Evaluator.from_config(JudgeConfig.from_env({}, cache_dir=str(shared_answer_cache)), judge=local_judge)
+    records = evaluator.evaluate([PairInput(REF, C1, study_id="rm-1"), PairInput(REF, C2, study_id="rm-2")])
+    assert [r.scores.actionable_errors for r in records] == out["errors"]
+    assert [r.scores.outcomes for r in records] == out["outcomes"]
+    assert evaluator.stats.judge_calls == 0  # same inputs, same cache keys: no new call
+
+    # ... and equal `radmatch evaluate`'s on the same pairs (records come in finishing order)
+    pairs_file = tmp_path / "pairs.jsonl"
+    pairs_file.write_text("".join(
+        json.dumps({"pair_id": f"rm-{i}", "reference": REF, "candidate": c}) + "\n"
+        for i, c in enumerate((C1, C2), 1)
+    ))
+    cli = subprocess.run(
+        [sys.executable, "-m", "radmatch.cli", "evaluate", str(pairs_file), "-o",
+         str(tmp_path / "records.jsonl"), "--cache-dir", str(shared_answer_cache), "-q"],
+        check=False, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    by_id = {r.pair_id: r.scores.actionable_errors for r in read_records(tmp_path / "records.jsonl")}
+    assert [by_id["rm-1"], by_id["rm-2"]] == out["errors"]
+
+
+@pytest.mark.slow
+def test_second_epoch_with_the_real_model_extracts_only_new_candidates(shared_answer_cache, local_judge):
+    judge = RecordingJudge(local_judge)
+    metric = load_metric(judge=judge, judge_cache_dir=str(shared_answer_cache))
+    first = metric.compute(predictions=[C1, C2], references=[REF, REF])
+    assert first["n_failed"] == 0
+    judge.calls.clear()
+    second = metric.compute(predictions=[C3], references=[REF])
+    assert second["n_failed"] == 0 and isinstance(second["actionable_errors"][0], int)
+    assert REF not in extract_reports(judge.calls)  # the reference is never re-extracted
+    assert set(extract_reports(judge.calls)) <= {C3}
+    assert second["judge_calls"] == len(judge.calls)
+    assert second["records"][0]["usage"]["cached_calls"] >= 1
+
+
+# ---------------------------------------------------------------------------- docs
+
+DOCS = REPO / "docs" / "metric.md"
+
+
+def docs_python_blocks() -> list[str]:
+    import re
+
+    return re.findall(r"^```python\n(.*?)^```", DOCS.read_text(encoding="utf-8"), re.DOTALL | re.MULTILINE)
+
+
+def run_docs(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`radmatch install-metric`, then every python block of docs/metric.md in one
+    session, from a directory outside the checkout."""
+    install_via_cli(tmp_path, env)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    blocks = docs_python_blocks()
+    assert len(blocks) >= 4
+    return run_python(*blocks, cwd=elsewhere, env=env)
+
+
+def test_docs_examples_run_with_an_unreachable_judge(tmp_path):
+    """The examples run as written; with no reachable judge every pair is failed (None)."""
+    env = offline_env(tmp_path, RADMATCH_BASE_URL=CLOSED_URL, RADMATCH_RETRIES="1", RADMATCH_CACHE="0")
+    out = run_docs(tmp_path, env).stdout
+    assert "[None, None]" in out  # the datasets example: both pairs failed, not 0
+    assert "epoch 1: mean actionable errors None, failed 1" in out
+    assert "[0.0, 0.0]" in out  # the reward example: the documented failed reward
+
+
+@pytest.mark.slow
+def test_docs_examples_run_with_the_real_model(tmp_path, shared_answer_cache):
+    env = offline_env(tmp_path, RADMATCH_JUDGE_CACHE_DIR=str(shared_answer_cache))
+    out = run_docs(tmp_path, env).stdout
+    assert "failed 0" in out and "None" not in out.split("epoch 0")[1]
+    rewards = json.loads(out.strip().splitlines()[-1])
+    assert len(rewards) == 2 and all(0.0 < r <= 1.0 for r in rewards)

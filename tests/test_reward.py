@@ -1,0 +1,104 @@
+"""The RL reward function (radmatch.reward) in the shape TRL's GRPOTrainer calls.
+
+TRL calls ``reward_fn(prompts=..., completions=..., completion_ids=..., **columns)``;
+completions are strings or chat-format message lists. Fast tests use the scripted
+judge of test_metric; the slow one runs the embedded SmolLM2 judge and shares the
+session's answer store with test_metric.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_metric import (  # noqa: F401
+    C1,
+    C2,
+    CLOSED_URL,
+    REF,
+    ScriptedJudge,
+    extract_reports,
+    local_judge,
+    shared_answer_cache,
+)
+
+from radmatch.reward import RadMatchReward, completion_text, radmatch_reward
+
+
+def chat(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": text}]
+
+
+def trl_call(reward_fn, completions, references, **columns):
+    """Call the reward the way GRPOTrainer does: keywords only, columns alongside."""
+    n = len(completions)
+    return reward_fn(
+        prompts=[[{"role": "user", "content": "Write the findings."}]] * n,
+        completions=completions,
+        completion_ids=[[1, 2, 3]] * n,
+        reference=references,
+        trainer_state=None,
+        **columns,
+    )
+
+
+def test_completion_text_handles_strings_and_chat_messages():
+    assert completion_text("No pneumothorax.") == "No pneumothorax."
+    assert completion_text(chat("No pneumothorax.")) == "No pneumothorax."
+    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "A."}]}]) == "A."
+    assert completion_text({"role": "assistant", "content": "B."}) == "B."
+    with pytest.raises(TypeError, match="a completion must be"):
+        completion_text(42)
+
+
+def test_reward_is_one_float_per_completion_and_prefers_fewer_errors():
+    judge = ScriptedJudge()
+    reward_fn = radmatch_reward(judge=judge, cache=False)
+    assert reward_fn.__name__ == "radmatch_reward"  # TRL logs rewards under this name
+    rewards = trl_call(reward_fn, [REF, chat(C1), "FAIL"], [REF, REF, REF])
+    assert len(rewards) == 3 and all(isinstance(r, float) and math.isfinite(r) for r in rewards)
+    assert rewards[0] == 1.0  # no actionable error
+    errors = reward_fn.last_records[1].scores.actionable_errors
+    assert errors >= 1 and rewards[1] == pytest.approx(1 / (1 + errors)) and rewards[1] < rewards[0]
+    assert reward_fn.last_records[2].error and rewards[2] == 0.0  # failed: the documented floor
+    assert extract_reports(judge.calls).count(REF) == 1  # one reference, extracted once
+
+
+def test_failed_reward_is_configurable_and_must_be_finite():
+    reward_fn = RadMatchReward(judge=ScriptedJudge(), cache=False, failed_reward=-1.0)
+    assert trl_call(reward_fn, ["FAIL"], [REF]) == [-1.0]
+    with pytest.raises(ValueError, match="finite"):
+        RadMatchReward(judge=ScriptedJudge(), failed_reward=float("nan"))
+
+
+def test_unreachable_judge_gives_the_failed_reward_not_an_exception():
+    reward_fn = radmatch_reward(base_url=CLOSED_URL, retries=1, cache=False)
+    assert trl_call(reward_fn, [C1, chat(C2)], [REF, REF]) == [0.0, 0.0]
+
+
+def test_reference_column_and_optional_columns():
+    judge = ScriptedJudge()
+    reward_fn = radmatch_reward(judge=judge, cache=False, reference_column="findings")
+    with pytest.raises(KeyError, match="reference_column"):
+        reward_fn(prompts=["p"], completions=[C1], reference=[REF])
+    rewards = reward_fn(prompts=["p"], completions=[C1], findings=[REF], indication=["Dyspnoea."])
+    assert len(rewards) == 1
+    assert reward_fn.last_records[0].indication == "Dyspnoea."
+    with pytest.raises(ValueError, match="values for 2 completions"):
+        reward_fn(prompts=["p", "p"], completions=[C1, C2], findings=[REF])
+
+
+@pytest.mark.slow
+def test_reward_with_the_real_model(shared_answer_cache, local_judge):  # noqa: F811
+    """SmolLM2 judge: one finite float per completion, strings and chat alike; a
+    completion too long for the judge's context fails and gets the failed reward."""
+    reward_fn = radmatch_reward(judge=local_judge, judge_cache_dir=str(shared_answer_cache))
+    runaway = "Small right pleural effusion. " * 1500  # a degenerate, never-ending output
+    rewards = trl_call(reward_fn, [C1, chat(C2), chat(runaway)], [REF, REF, REF])
+    assert len(rewards) == 3 and all(isinstance(r, float) and math.isfinite(r) for r in rewards)
+    records = reward_fn.last_records
+    for reward, record in zip(rewards[:2], records[:2]):
+        assert record.error is None
+        assert reward == pytest.approx(1 / (1 + record.scores.actionable_errors))
+    assert records[2].error and "context" in records[2].error
+    assert rewards[2] == 0.0 < min(rewards[:2])
