@@ -339,6 +339,10 @@ build_command() {
         HF_HUB_DISABLE_TELEMETRY=1
         VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 DO_NOT_TRACK=1
         VLLM_LOGGING_LEVEL=INFO  # DEBUG would log prompts, i.e. report text
+        # The outlines backend compiles each JSON schema to an automaton; RadMatch's
+        # extraction schema takes a few seconds on a workstation CPU, vLLM's default
+        # limit is 5 s (then HTTP 500). Compiled schemas are cached by the server.
+        "VLLM_REGEX_COMPILATION_TIMEOUT_S=${VLLM_REGEX_COMPILATION_TIMEOUT_S:-60}"
     )
     # The key travels in the environment, not on the command line (ps shows that).
     [[ -z $API_KEY ]] || SERVER_ENV+=("VLLM_API_KEY=$API_KEY")

@@ -158,26 +158,11 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def install_via_cli(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`radmatch install-metric`; until cli.py registers the command, the same parser."""
+    """`radmatch install-metric`, as a user types it."""
     proc = subprocess.run(
         [sys.executable, "-m", "radmatch.cli", "install-metric"],
         check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
     )
-    if proc.returncode == 2 and "invalid choice" in proc.stderr:
-        # TODO(lead): drop this fallback once cli.py's _extra_commands registers
-        # radmatch.metric.add_install_metric_parser.
-        code = """
-            import argparse, sys
-            from radmatch.metric import add_install_metric_parser
-            parser = argparse.ArgumentParser(prog="radmatch")
-            add_install_metric_parser(parser.add_subparsers(dest="command", required=True))
-            args = parser.parse_args(["install-metric"])
-            sys.exit(args.func(args))
-        """
-        proc = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-        )
     assert proc.returncode == 0, proc.stderr
     return proc
 

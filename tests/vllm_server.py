@@ -140,6 +140,9 @@ def start_vllm_server(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "VLLM_API_KEY": api_key,  # in the environment, not on the command line
+        # the small-model decoding schemas cap every list and string, which the outlines
+        # backend compiles in ~3-15 s on 2 busy cores; vLLM's default limit is 5 s
+        "VLLM_REGEX_COMPILATION_TIMEOUT_S": "300",
     }
     cmd = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",

@@ -253,8 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands defined next to their code; each module imports only what parsing needs."""
     from radmatch.dashboard import add_dashboard_parser
+    from radmatch.metric import add_install_metric_parser
 
-    return [_add_evaluate_parser, add_dashboard_parser]
+    return [_add_evaluate_parser, add_dashboard_parser, add_install_metric_parser]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

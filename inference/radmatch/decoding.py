@@ -1,9 +1,19 @@
 """Decoding schemas: the stage answer models with list and string caps chosen per judge.
 
-A large served judge gets the generous caps of `radmatch.schemas`; the embedded small
-judge gets tight ones, so that even a model that never closes a list produces valid
-JSON within its token budget (JUDGE.md rule 8). Every decoded answer is valid under
-the canonical models too, which is what records keep.
+Caps in a JSON schema are not free. Grammar backends that compile the schema to an
+automaton (Outlines, in process and in vLLM) pay for every bounded repetition: on
+these 2 cores the extraction schema with `maxItems` 60 and string `maxLength` took
+103 s to compile, with inner caps only 3.6 s, and vLLM gives up after 5 s by default
+(HTTP 500). So:
+
+* `SERVER_LIMITS` (served judges): inner lists capped (evidence, measurements, errors
+  per row), outer lists and strings free. The canonical caps of `radmatch.schemas`
+  (60 findings, 200 rows, ...) are checked after decoding instead; an answer past
+  them is invalid, retried once, then its pair fails with the reason.
+* `SMALL_MODEL_LIMITS` (the embedded judge): everything capped, so that even a model
+  that never closes a list yields valid JSON within its token budget (JUDGE.md rule
+  8); the grading answer is held to exactly one list per row sent. Compiled once per
+  process.
 """
 
 from __future__ import annotations
@@ -19,18 +29,25 @@ from radmatch import schemas as s
 
 @dataclass(frozen=True)
 class Limits:
-    findings: int = s.MAX_FINDINGS
-    text: int = s.MAX_TEXT
-    evidence: int = s.MAX_EVIDENCE
-    quote: int = s.MAX_TEXT
-    measurements: int = s.MAX_MEASUREMENTS
-    rows: int = s.MAX_MATCH_ROWS
-    reasoning: int = s.MAX_REASONING
-    errors_per_match: int = s.MAX_ERRORS_PER_MATCH
-    indication: int = 2000
+    """Caps of the decoding schema; None leaves a list or string unbounded."""
+
+    findings: Optional[int] = s.MAX_FINDINGS
+    text: Optional[int] = s.MAX_TEXT
+    evidence: Optional[int] = s.MAX_EVIDENCE
+    quote: Optional[int] = s.MAX_TEXT
+    measurements: Optional[int] = s.MAX_MEASUREMENTS
+    rows: Optional[int] = s.MAX_MATCH_ROWS
+    reasoning: Optional[int] = s.MAX_REASONING
+    errors_per_match: Optional[int] = s.MAX_ERRORS_PER_MATCH
+    indication: Optional[int] = 2000
+    exact_grade_length: bool = True
 
 
-SERVER_LIMITS = Limits()
+SERVER_LIMITS = Limits(
+    findings=None, text=None, evidence=s.MAX_EVIDENCE, quote=None, measurements=8, rows=None,
+    reasoning=None, errors_per_match=s.MAX_ERRORS_PER_MATCH, indication=None,
+    exact_grade_length=False,
+)
 # Sized so that the longest JSON these caps allow fits SMALL_MODEL_MAX_TOKENS (config.py).
 SMALL_MODEL_LIMITS = Limits(
     findings=8, text=120, evidence=1, quote=100, measurements=2, rows=16, reasoning=100,
@@ -49,9 +66,11 @@ class AnswerModels:
     match: type[BaseModel]
     grade: type[BaseModel]
 
+    exact_grade_length: bool = True
+
     def for_stage(self, stage: str, rows: Optional[int] = None) -> type[BaseModel]:
         """The stage's model; for grading with `rows`, one that admits exactly that many lists."""
-        if stage == "grade" and rows is not None:
+        if stage == "grade" and rows is not None and self.exact_grade_length:
             return _grade_exactly(self.grade, rows)
         return getattr(self, stage)
 
@@ -131,4 +150,5 @@ def answer_models(limits: Limits) -> AnswerModels:
                 Field(max_length=limits.rows),
             ),
         ),
+        exact_grade_length=limits.exact_grade_length,
     )

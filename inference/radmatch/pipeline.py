@@ -24,7 +24,7 @@ from radmatch.config import JudgeConfig
 from radmatch.decoding import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits, answer_models
 from radmatch.judges.base import InvalidAnswerError, Judge, JudgeError, TransientJudgeError, Usage
 from radmatch.prompting import finding_view, fit_messages, has_indication_header
-from radmatch.prompts import MODALITIES, prompt_version
+from radmatch.prompts import ANSWER_MODELS, MODALITIES, prompt_version
 from radmatch.recompute import score_record
 from radmatch.records import Record, Stages
 from radmatch.schemas import (
@@ -254,7 +254,7 @@ class Evaluator:
         stages.candidate_findings = number_findings(candidate_answer.findings, "p")
         for side in ("reference", "candidate"):
             found = getattr(stages, f"{side}_findings")
-            if len(found) >= self.limits.findings:
+            if self.limits.findings and len(found) >= self.limits.findings:
                 record.flags.append(f"{side}_findings reached the cap of {self.limits.findings}")
 
         gt, pred = stages.reference_findings, stages.candidate_findings
@@ -271,7 +271,7 @@ class Evaluator:
             }
             answer = await self._ask("match", modality, match_input, spent)
             stages.matching = MatchingAnswer.model_validate(answer.model_dump())
-            if len(stages.matching.matches) >= self.limits.rows:
+            if self.limits.rows and len(stages.matching.matches) >= self.limits.rows:
                 record.flags.append(f"matching reached the cap of {self.limits.rows} rows")
 
         repaired = repair_matching(stages.matching, [f.id for f in pred], [f.id for f in gt])
@@ -420,14 +420,16 @@ def _validate(schema: type[BaseModel], text: str, stage: str, expect_length: Opt
             raise InvalidAnswerError(
                 f"the grade answer has {len(got)} entries for {expect_length} matched rows"
             )
-    try:
-        schema.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(answer)"
-        raise InvalidAnswerError(
-            f"the {stage} answer does not fit its schema ({where}: {first['msg']})"
-        ) from exc
+    # the decoding schema, then the canonical caps (checked here when the grammar does not)
+    for model in (schema, ANSWER_MODELS[stage]):
+        try:
+            model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(answer)"
+            raise InvalidAnswerError(
+                f"the {stage} answer does not fit its schema ({where}: {first['msg']})"
+            ) from exc
 
 
 def evaluate_pairs(
