@@ -95,7 +95,7 @@ def answer_models(limits: Limits) -> AnswerModels:
         "Measurement",
         __config__=_STRICT,
         value=(float, ...),
-        unit=(Optional[str], Field(default=None, max_length=16)),
+        unit=(Optional[str], Field(default=None, max_length=16 if limits.text else None)),
         category=(s.MeasurementCategory, ...),
         prior=(bool, False),
     )
