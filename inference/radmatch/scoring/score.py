@@ -56,7 +56,8 @@ def score_pair(
     strong_rows = {(r.pred_id, r.gt_id) for d in drafts for r in d.rows}
     judge_errors = _judge_errors(grading, strong_rows, repairs)
 
-    units = [_finish_unit(d, gt, pred, judge_errors) for d in drafts]
+    findings_of = [unit_findings(d, gt, pred) for d in drafts]
+    units = [_finish_unit(d, f, gt, pred, judge_errors) for d, f in zip(drafts, findings_of)]
     outcome_of = {}
     for unit in units:
         for finding_id in unit.gt_ids + unit.pred_ids:
@@ -71,7 +72,7 @@ def score_pair(
             candidate=_attribution(candidate_findings, candidate_text),
         ),
         attributes=_attribute_breakdown(units),
-        subsets=_subsets(units, gt, pred),
+        subsets=_subsets(units, findings_of),
         units=units,
     )
     return scores, repairs
@@ -133,11 +134,11 @@ def _judge_errors(
 
 def _finish_unit(
     draft: DraftUnit,
+    findings: list[Finding],
     gt: dict[str, Finding],
     pred: dict[str, Finding],
     judge_errors: dict[tuple[str, str], list[UnitError]],
 ) -> Unit:
-    findings = unit_findings(draft, gt, pred)
     tier = unit_tier(findings)
     errors: list[UnitError] = []
     if draft.kind == "matched":
@@ -209,7 +210,9 @@ def _safety(
 
 def normalise_text(text: str) -> str:
     """NFC, whitespace collapsed, case folded: how evidence is compared with the report."""
-    return " ".join(unicodedata.normalize("NFC", text).split()).casefold()
+    if not text.isascii():  # NFC changes nothing in ASCII text
+        text = unicodedata.normalize("NFC", text)
+    return " ".join(text.split()).casefold()
 
 
 def _attribution(findings: list[Finding], report: str) -> SideAttribution:
@@ -237,14 +240,11 @@ def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:
     return table
 
 
-def _subsets(
-    units: list[Unit], gt: dict[str, Finding], pred: dict[str, Finding]
-) -> dict[str, dict[str, int]]:
+def _subsets(units: list[Unit], findings_of: list[list[Finding]]) -> dict[str, dict[str, int]]:
     table = {name: dict.fromkeys((*OUTCOME_KEYS, "actionable_errors"), 0) for name in SUBSETS}
-    for unit in units:
+    for unit, findings in zip(units, findings_of):
         if unit.outcome is None:  # generic units are left out of subsets
             continue
-        findings = unit_findings(unit, gt, pred)
         abnormal = any(f.clinical_status == "abnormal" for f in findings)
         membership = (
             ("normal", not abnormal),  # status is normal or abnormal: these two partition
