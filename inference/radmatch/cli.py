@@ -133,7 +133,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             summary.add(record)
             progress.update(1)
             progress.set_postfix(
-                pairs_per_s=f"{evaluator.stats.pairs_per_s:.2f}", failed=evaluator.stats.failed
+                pairs_per_s=f"{evaluator.stats.pairs_per_s:.3g}", failed=evaluator.stats.failed
             )
 
         try:
