@@ -129,6 +129,7 @@ class Evaluator:
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
         self.stats = RunStats()
+        self._versions: dict[tuple[str, str], str] = {}
 
     @classmethod
     def from_config(cls, config: JudgeConfig, judge: Optional[Judge] = None) -> "Evaluator":
@@ -195,11 +196,18 @@ class Evaluator:
             raise result["error"]
         return result["records"]
 
+    def _prompt_version(self, stage: str, modality: str) -> str:
+        """Hashing reads the exemplar files: once per stage and modality per evaluator."""
+        key = (stage, modality)
+        if key not in self._versions:
+            self._versions[key] = prompt_version(stage, modality)
+        return self._versions[key]
+
     def judge_info(self, modality: str) -> dict[str, Any]:
         return {
             "backend": self.judge.backend,
             "model": self.judge.model,
-            "prompt_version": {s: prompt_version(s, modality) for s in STAGES_IN_ORDER},
+            "prompt_version": {s: self._prompt_version(s, modality) for s in STAGES_IN_ORDER},
             "fewshot_set": modality,
         }
 
@@ -228,7 +236,10 @@ class Evaluator:
             record.error = f"score: {exc}"
         except Exception as exc:  # a bug must not take the other pairs down with it
             record.error = f"internal error: {type(exc).__name__}"
-            log.error("pair %s: internal error %s", pair.pair_id, type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+            log.error(
+                "pair %s: internal error %s", pair.pair_id, type(exc).__name__,
+                exc_info=log.isEnabledFor(logging.DEBUG),  # tracebacks may quote report text
+            )
         spent.timings["total"] = time.perf_counter() - started
         record.timings_s = {k: round(v, 4) for k, v in spent.timings.items()}
         record.usage = {
@@ -330,7 +341,7 @@ class Evaluator:
         key = cache_key(
             model=self.judge.model,
             backend=self.judge.backend,
-            prompt_version=prompt_version(stage, modality),
+            prompt_version=self._prompt_version(stage, modality),
             messages=messages,
             schema=schema.model_json_schema(),
             max_tokens=max_tokens,
