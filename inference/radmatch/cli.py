@@ -93,7 +93,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             cache_dir=args.cache_dir, modality=args.modality,
         )
     except ValueError as exc:
-        return _fail(str(exc).splitlines()[0] if "validation error" not in str(exc) else str(exc))
+        return _fail(str(exc))
     columns = {
         "reference": args.reference_column, "candidate": args.candidate_column,
         "indication": args.indication_column, "study_id": args.study_id_column,

@@ -15,12 +15,13 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Optional
 
 from pydantic import BaseModel, ValidationError
 
 from radmatch.cache import AnswerCache, cache_key
-from radmatch.config import JudgeConfig
+from radmatch.config import SERVER_MAX_TOKENS, JudgeConfig
 from radmatch.decoding import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits, answer_models
 from radmatch.judges.base import InvalidAnswerError, Judge, JudgeError, TransientJudgeError, Usage
 from radmatch.prompting import finding_view, fit_messages, has_indication_header
@@ -124,7 +125,7 @@ class Evaluator:
         self.cache = AnswerCache(cache_dir)
         self.limits = limits or SERVER_LIMITS
         self.models = answer_models(self.limits)
-        self.max_tokens = max_tokens or {"indication": 1024, "extract": 8192, "match": 6144, "grade": 6144}
+        self.max_tokens = max_tokens or dict(SERVER_MAX_TOKENS)
         self.retries = retries
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
@@ -343,7 +344,7 @@ class Evaluator:
             backend=self.judge.backend,
             prompt_version=self._prompt_version(stage, modality),
             messages=messages,
-            schema=schema.model_json_schema(),
+            schema=_schema_json(schema),
             max_tokens=max_tokens,
         )
         started = time.perf_counter()
@@ -414,6 +415,11 @@ class Evaluator:
 
     async def aclose(self) -> None:
         await self.judge.aclose()
+
+
+@lru_cache(maxsize=512)
+def _schema_json(schema: type[BaseModel]) -> dict[str, Any]:
+    return schema.model_json_schema()
 
 
 def _validate(schema: type[BaseModel], text: str, stage: str, expect_length: Optional[int]) -> None:
