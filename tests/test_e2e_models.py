@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from radmatch import Evaluator, JudgeConfig, PairInput, read_records
+from radmatch import Evaluator, PairInput, read_records
 from radmatch.config import SMALL_MODEL_MAX_TOKENS
 from radmatch.decoding import SMALL_MODEL_LIMITS, answer_models
 from radmatch.judges.openai_compat import OpenAICompatibleJudge
