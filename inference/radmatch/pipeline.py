@@ -77,7 +77,6 @@ class RunStats:
     failed: int = 0
     judge_calls: int = 0
     cached_calls: int = 0
-    shared_calls: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     @property

@@ -163,10 +163,6 @@ class RecordWriter:
         self._handle.write(record.to_json() + "\n")
         self._handle.flush()
 
-    def write_raw(self, line: str) -> None:
-        self._handle.write(line if line.endswith("\n") else line + "\n")
-        self._handle.flush()
-
     def close(self) -> None:
         self._handle.close()
 

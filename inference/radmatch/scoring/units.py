@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from radmatch.schemas import Finding
 from radmatch.scoring.repair import RepairedMatching, id_key, row_key
-from radmatch.scoring.results import Unit, UnitRow
+from radmatch.scoring.results import UnitRow
 
 TIERS_BY_RANK = ("routine", "notable", "urgent", "critical")
 TIER_RANK = {tier: rank for rank, tier in enumerate(TIERS_BY_RANK)}
@@ -85,7 +85,7 @@ def build_units(
 
 
 def unit_findings(
-    unit: "DraftUnit | Unit", gt: dict[str, Finding], pred: dict[str, Finding]
+    unit: DraftUnit, gt: dict[str, Finding], pred: dict[str, Finding]
 ) -> list[Finding]:
     return [gt[i] for i in unit.gt_ids] + [pred[i] for i in unit.pred_ids]
 
