@@ -47,32 +47,30 @@ def wilson_interval(successes: int, total: int, z: float = Z_95) -> Optional[lis
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
+_RATIO_KEYS = ("precision_num", "precision_den", "recall_num", "recall_den")
+_FAILED = tuple(int(path == ("failed",)) for path in FIELDS)
+
+
 def tally(record: Record) -> tuple[int, ...]:
-    """The record's contribution to the corpus counts."""
-    vec = [0] * len(FIELDS)
-    if record.error is not None or record.scores is None:
-        vec[SLOT[("failed",)]] = 1
-        return tuple(vec)
+    """The record's contribution to the corpus counts, slot by slot as FIELDS names them."""
     s = record.scores
-    vec[SLOT[("scored",)]] = 1
-    vec[SLOT[("actionable_errors",)]] = s.actionable_errors
-    for key in (*OUTCOME_KEYS, "generic"):
-        vec[SLOT[("outcomes", key)]] = s.outcomes.get(key, 0)
-    for tier in SAFETY_TIERS:
-        ratio_ = s.safety[tier]
-        for key in ("precision_num", "precision_den", "recall_num", "recall_den"):
-            vec[SLOT[("safety", tier, key)]] = getattr(ratio_, key)
-    for side in ("reference", "candidate"):
-        part = getattr(s.attribution, side)
-        vec[SLOT[("attribution", side, "findings")]] = part.findings
-        vec[SLOT[("attribution", side, "attributed")]] = part.attributed
-    for dim in DIMENSIONS:
-        for level in SEVERITY_LEVELS:
-            vec[SLOT[("attributes", dim, level)]] = s.attributes.get(dim, {}).get(level, 0)
-    for name in SUBSETS:
-        for key in SUBSET_KEYS:
-            vec[SLOT[("subsets", name, key)]] = s.subsets.get(name, {}).get(key, 0)
-    return tuple(vec)
+    if record.error is not None or s is None:
+        return _FAILED
+    outcomes, safety, attribution = s.outcomes, s.safety, s.attribution
+    attributes, subsets = s.attributes, s.subsets
+    return (
+        1,  # scored
+        0,  # failed
+        s.actionable_errors,
+        *[outcomes.get(key, 0) for key in (*OUTCOME_KEYS, "generic")],
+        *[getattr(safety[tier], key) for tier in SAFETY_TIERS for key in _RATIO_KEYS],
+        attribution.reference.findings,
+        attribution.reference.attributed,
+        attribution.candidate.findings,
+        attribution.candidate.attributed,
+        *[attributes.get(dim, {}).get(level, 0) for dim in DIMENSIONS for level in SEVERITY_LEVELS],
+        *[subsets.get(name, {}).get(key, 0) for name in SUBSETS for key in SUBSET_KEYS],
+    )
 
 
 class CorpusSummary:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Callable, Iterable
 
 from pydantic import ValidationError
@@ -56,13 +55,10 @@ def recompute_lines(
     """
     bad: list[BadLine] = []
     for line_no, raw in enumerate(lines, 1):
-        if not raw.strip():
+        if not raw or raw.isspace():  # (isspace stops at the first character of a record)
             continue
-        try:
-            data = json.loads(raw)
-            if isinstance(data, dict):
-                data.pop("scores", None)  # about to be re-derived: not worth validating
-            record = score_record(parse_record(data))
+        try:  # stored scores are about to be re-derived: not worth reading
+            record = score_record(parse_record(raw, ignore_scores=True))
         except (ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
             bad.append(BadLine(line_no, describe_error(exc), raw))
             write(raw if raw.endswith("\n") else raw + "\n")

@@ -88,13 +88,43 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def parse_record(line: Union[str, dict[str, Any]]) -> Record:
-    """Validate one record (a JSON line or a dict), migrating older schema versions."""
+class _SkippedScores(BaseModel):
+    """Stored scores read by recompute: an object is stepped over, never built."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class _RecordToRescore(Record):
+    """A record whose stored scores are about to be re-derived, so are not read.
+
+    Validating the stored scores would cost as much as the rest of the record; this
+    model accepts any value there (an object is skipped unbuilt) and is turned back
+    into a plain `Record` before anyone sees it.
+    """
+
+    scores: Union[_SkippedScores, Any] = Field(default=None, union_mode="left_to_right")
+
+    def as_record(self) -> Record:
+        fields = {**self.__dict__, **(self.__pydantic_extra__ or {}), "scores": None}
+        return Record.model_construct(self.model_fields_set - {"scores"}, **fields)
+
+
+def parse_record(line: Union[str, dict[str, Any]], *, ignore_scores: bool = False) -> Record:
+    """Validate one record (a JSON line or a dict), migrating older schema versions.
+
+    With `ignore_scores` the stored scores are not read and the record comes back
+    unscored: what recompute does, since it re-derives them.
+    """
     if isinstance(line, str):
         try:  # fast path: the current version, validated straight from JSON
-            record = Record.model_validate_json(line)
-            if record.schema_version == SCHEMA_VERSION:
-                return record
+            if ignore_scores:
+                unscored = _RecordToRescore.model_validate_json(line)
+                if unscored.schema_version == SCHEMA_VERSION:
+                    return unscored.as_record()
+            else:
+                record = Record.model_validate_json(line)
+                if record.schema_version == SCHEMA_VERSION:
+                    return record
         except ValidationError:
             pass  # re-parsed below, so that a version error wins over field errors
         data = json.loads(line)
@@ -102,6 +132,8 @@ def parse_record(line: Union[str, dict[str, Any]]) -> Record:
         data = line
     if not isinstance(data, dict):
         raise ValueError("a record must be a JSON object")
+    if ignore_scores:
+        data = {key: value for key, value in data.items() if key != "scores"}
     return Record.model_validate(migrate(data))
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from radmatch.records import BadLine, Record, iter_lines
+from radmatch.scoring.results import as_dict
 
 PathLike = str | Path
 
@@ -186,11 +187,11 @@ def pair_view(record: Record) -> dict[str, Any]:
         "ae": scores.actionable_errors if scores else None,
         "outcomes": dict(scores.outcomes) if scores else None,
         "safety": (
-            {tier: ratio.model_dump(mode="json") for tier, ratio in scores.safety.items()}
+            {tier: as_dict(ratio) for tier, ratio in scores.safety.items()}
             if scores
             else None
         ),
-        "attribution": scores.attribution.model_dump(mode="json") if scores else None,
+        "attribution": as_dict(scores.attribution) if scores else None,
         # one [outcome, tier, subset bits] per unit: what the table filters on
         "sig": [[u["outcome"], u["tier"], u["subset_bits"]] for u in units],
         "detail": {
@@ -326,7 +327,7 @@ def _ordered_units(units: list[Any], gt: list[Any], pred: list[Any]) -> list[dic
                 bits |= SUBSET_BITS["comparison"]
             if any(f.measurements for f in members):
                 bits |= SUBSET_BITS["measurement"]
-        item = unit.model_dump(mode="json")
+        item = as_dict(unit)
         item.update(index=n, subset_bits=bits)
         out.append(item)
     return out

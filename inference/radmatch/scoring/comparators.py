@@ -30,6 +30,7 @@ TO_MM = {"mm": 1.0, "cm": 10.0, "m": 1000.0}
 HU_BOUNDARIES = (-10.0, 10.0, 20.0)
 ROUND = 6
 MAJOR_TIE_BREAK = 1e-6
+UNITLESS_FAMILIES = frozenset({"ratio", "count"})  # one family whatever the unit
 
 
 def status_error(pred: Finding, gt: Finding) -> Optional[UnitError]:
@@ -76,6 +77,10 @@ def comparison_error(pred: Finding, gt: Finding) -> Optional[UnitError]:
 
 # --------------------------------------------------------------------------- measurements
 
+Family = tuple[str, Optional[str]]  # (category, unit); unit None for ratio and count
+Raw = tuple[str, Optional[str], float]  # (category, synonym-mapped unit, value)
+Pooled = tuple[float, Optional[str]]  # a normalised (value, unit) within one family
+
 
 class Value(NamedTuple):
     """One normalised, comparable measurement value."""
@@ -85,11 +90,13 @@ class Value(NamedTuple):
     unit: Optional[str]
 
     @property
-    def family(self) -> tuple[str, Optional[str]]:
+    def family(self) -> Family:
         """Values pair only within one family (SCORING.md 4, measurements rule 3)."""
-        if self.category in ("ratio", "count"):
-            return (self.category, None)
-        return (self.category, self.unit)
+        return _family(self.category, self.unit)
+
+
+def _family(category: str, unit: Optional[str]) -> Family:
+    return (category, None if category in UNITLESS_FAMILIES else unit)
 
 
 @lru_cache(maxsize=1024)
@@ -102,7 +109,8 @@ def normalise_unit(unit: Optional[str]) -> Optional[str]:
     return UNIT_SYNONYMS.get(key, key)
 
 
-def _raw(measurements: Iterable[Measurement]) -> list[tuple[str, Optional[str], float]]:
+def _raw(measurements: Iterable[Measurement]) -> list[Raw]:
+    """Rule 1 (synonyms, lower case); prior values are left out."""
     return [(m.category, normalise_unit(m.unit), float(m.value)) for m in measurements if not m.prior]
 
 
@@ -114,16 +122,38 @@ def normalise(
     Prior values are left out. Null-unit adoption looks at both sides of the unit
     together, per category.
     """
-    return _normalise(_raw(ref), _raw(cand))
+    sides = (_raw(ref), _raw(cand))
+    ref_values, cand_values = (
+        [Value(value, cat, unit) for cat, unit, value in side] for side in _normalise(*sides)
+    )
+    return ref_values, cand_values
 
 
-def _normalise(*sides: list[tuple[str, Optional[str], float]]) -> tuple[list[Value], list[Value]]:
+def _normalise(ref: list[Raw], cand: list[Raw]) -> tuple[list[Raw], list[Raw]]:
+    adopt, fraction_ratio = _null_unit_rules(ref, cand)
+    out: tuple[list[Raw], list[Raw]] = ([], [])
+    for normalised, raw in zip(out, (ref, cand)):
+        for cat, unit, value in raw:
+            if unit is None and cat in adopt:
+                unit = adopt[cat]
+            if fraction_ratio and cat == "ratio" and unit == "pct":
+                unit, value = None, value / 100.0
+            if cat == "size" and (unit is None or unit in TO_MM):
+                value, unit = value * TO_MM[unit or "mm"], "mm"
+            normalised.append((cat, unit, value))
+    return out
+
+
+def _null_unit_rules(ref: list[Raw], cand: list[Raw]) -> tuple[dict[str, str], bool]:
+    """Rule 2 for null units: the unit each category adopts, and whether ratios are fractions."""
+    adopt: dict[str, str] = {}
+    fraction_ratio = False
+    if all(unit is not None for side in (ref, cand) for _, unit, _ in side):
+        return adopt, fraction_ratio  # the common case: every value has its unit
     units_of: dict[str, set[Optional[str]]] = {}
-    for side in sides:
+    for side in (ref, cand):
         for cat, unit, _ in side:
             units_of.setdefault(cat, set()).add(unit)
-    adopt: dict[str, Optional[str]] = {}
-    fraction_ratio = False
     for cat, units in units_of.items():
         if None not in units or len(units) != 2:  # adoption needs nulls and one named unit
             continue
@@ -132,25 +162,14 @@ def _normalise(*sides: list[tuple[str, Optional[str], float]]) -> tuple[list[Val
             fraction_ratio = True
         else:
             adopt[cat] = named
-
-    out: tuple[list[Value], list[Value]] = ([], [])
-    for normalised, raw in zip(out, sides):
-        for cat, unit, value in raw:
-            if unit is None and cat in adopt:
-                unit = adopt[cat]
-            if fraction_ratio and cat == "ratio" and unit == "pct":
-                unit, value = None, value / 100.0
-            if cat == "size" and (unit is None or unit in TO_MM):
-                value, unit = value * TO_MM[unit or "mm"], "mm"
-            normalised.append(Value(value, cat, unit))
-    return out
+    return adopt, fraction_ratio
 
 
 def _relative(a: float, b: float) -> float:
     return round(abs(a - b) / abs(a), ROUND) if a else float("inf")
 
 
-def is_major(a: float, b: float, family: tuple[str, Optional[str]]) -> bool:
+def is_major(a: float, b: float, family: Family) -> bool:
     """Major-error test for reference value a against candidate value b (rule 5 table)."""
     category, unit = family
     diff = round(abs(a - b), ROUND)
@@ -171,32 +190,23 @@ def is_major(a: float, b: float, family: tuple[str, Optional[str]]) -> bool:
     return _relative(a, b) > 0.20
 
 
-def _pair_cost(a: float, b: float, family: tuple[str, Optional[str]]) -> float:
+def _pair_cost(a: float, b: float, family: Family) -> float:
     scale = max(abs(a), abs(b))
     cost = abs(a - b) / scale if scale else 0.0
     return cost + (MAJOR_TIE_BREAK if is_major(a, b, family) else 0.0)
 
 
-def _assign(
-    a_vals: list[Value], b_vals: list[Value], family: tuple[str, Optional[str]]
-) -> list[tuple[int, int]]:
+def _assign(a_vals: list[float], b_vals: list[float], family: Family) -> list[tuple[int, int]]:
     """Pairs (i, j) of a maximum-size assignment of least total cost (rule 4)."""
-    cost = [[_pair_cost(a.value, b.value, family) for b in b_vals] for a in a_vals]
-    if len(a_vals) == 1:  # the common case, without numpy's overhead
+    if len(a_vals) == 1 and len(b_vals) == 1:  # the common case: nothing to choose
+        return [(0, 0)]
+    cost = [[_pair_cost(a, b, family) for b in b_vals] for a in a_vals]
+    if len(a_vals) == 1:  # one row or one column: the cheapest cell, without numpy
         return [(0, min(range(len(b_vals)), key=cost[0].__getitem__))]
     if len(b_vals) == 1:
         return [(min(range(len(a_vals)), key=lambda i: cost[i][0]), 0)]
     rows, cols = linear_sum_assignment(np.array(cost))
     return list(zip(rows.tolist(), cols.tolist()))
-
-
-def _sort_key(v: Value) -> tuple[float, str]:
-    return (v.value, v.unit or "")
-
-
-def _fmt(v: Value) -> str:
-    number = f"{v.value:g}"
-    return f"{number} {v.unit}" if v.unit else number
 
 
 def measurement_errors(
@@ -206,38 +216,59 @@ def measurement_errors(
     ref_raw, cand_raw = _raw(ref), _raw(cand)
     if not ref_raw and not cand_raw:
         return []
-    families: dict[tuple[str, Optional[str]], tuple[list[Value], list[Value]]] = {}
+    families: dict[Family, tuple[list[Pooled], list[Pooled]]] = {}
     for side, values in enumerate(_normalise(ref_raw, cand_raw)):
-        for v in values:
-            families.setdefault(v.family, ([], []))[side].append(v)
+        for cat, unit, value in values:
+            family = _family(cat, unit)
+            pooled = families.get(family)
+            if pooled is None:
+                pooled = families[family] = ([], [])
+            pooled[side].append((value, unit))
     errors: list[UnitError] = []
-    for family in sorted(families, key=lambda f: (f[0], f[1] or "")):
-        a_vals, b_vals = families[family]
-        # sorting makes the pairing independent of the order findings came in
-        a_vals.sort(key=_sort_key)
-        b_vals.sort(key=_sort_key)
-        pairs = _assign(a_vals, b_vals, family) if a_vals and b_vals else []
-        for i, j in pairs:
-            a, b = a_vals[i].value, b_vals[j].value
-            if round(abs(a - b), ROUND) != 0:
-                errors.append(
-                    _measurement_error(
-                        "major" if is_major(a, b, family) else "minor",
-                        f"{family[0]} {_fmt(a_vals[i])} -> {_fmt(b_vals[j])}",
-                    )
-                )
-        paired_a = {i for i, _ in pairs}
-        paired_b = {j for _, j in pairs}
-        for i, v in enumerate(a_vals):
-            if i not in paired_a:
-                errors.append(_measurement_error("major", f"{v.category} {_fmt(v)} omitted"))
-        for j, v in enumerate(b_vals):
-            if j not in paired_b:
-                errors.append(_measurement_error("minor", f"{v.category} {_fmt(v)} added"))
+    for family in sorted(families, key=_family_key) if len(families) > 1 else families:
+        _family_errors(family, *families[family], errors)
     return errors
 
 
-def _measurement_error(severity: str, reasoning: str) -> UnitError:
-    return UnitError(
-        dimension="measurement", severity=severity, source="deterministic", reasoning=reasoning
-    )
+def _family_key(family: Family) -> tuple[str, str]:
+    return (family[0], family[1] or "")
+
+
+def _value_key(pooled: Pooled) -> tuple[float, str]:
+    return (pooled[0], pooled[1] or "")
+
+
+def _fmt(pooled: Pooled) -> str:
+    value, unit = pooled
+    return f"{value:g} {unit}" if unit else f"{value:g}"
+
+
+def _family_errors(
+    family: Family, ref: list[Pooled], cand: list[Pooled], errors: list[UnitError]
+) -> None:
+    """Rules 4-5 within one family: pair, compare, and report the values left over."""
+    # sorting (by value, then unit) makes the pairing independent of finding order
+    if len(ref) > 1:
+        ref.sort(key=_value_key)
+    if len(cand) > 1:
+        cand.sort(key=_value_key)
+    category = family[0]
+    pairs = _assign([v for v, _ in ref], [v for v, _ in cand], family) if ref and cand else []
+    for i, j in pairs:
+        a, b = ref[i][0], cand[j][0]
+        if round(abs(a - b), ROUND) != 0:
+            severity = "major" if is_major(a, b, family) else "minor"
+            reasoning = f"{category} {_fmt(ref[i])} -> {_fmt(cand[j])}"
+            errors.append(UnitError("measurement", severity, "deterministic", None, None, reasoning))
+    if len(pairs) < len(ref):  # a reference value without a partner: omitted, major
+        paired = {i for i, _ in pairs}
+        for i, pooled in enumerate(ref):
+            if i not in paired:
+                reasoning = f"{category} {_fmt(pooled)} omitted"
+                errors.append(UnitError("measurement", "major", "deterministic", None, None, reasoning))
+    if len(pairs) < len(cand):  # a candidate value without a partner: added, minor
+        paired = {j for _, j in pairs}
+        for j, pooled in enumerate(cand):
+            if j not in paired:
+                reasoning = f"{category} {_fmt(pooled)} added"
+                errors.append(UnitError("measurement", "minor", "deterministic", None, None, reasoning))

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from radmatch.schemas import MatchingAnswer
+from radmatch.schemas import MatchingAnswer, MatchRow
 from radmatch.scoring.results import UnitRow
 
 _ID = re.compile(r"(.*?)(\d+)")
@@ -27,11 +27,12 @@ def id_key(finding_id: str) -> tuple[str, int, str]:
     return (finding_id, -1, finding_id)
 
 
-def row_key(row: UnitRow) -> tuple:
+def row_key(row: "UnitRow | MatchRow") -> tuple:
+    """Canonical row order: by pred id, then gt id, each in natural order."""
     return (id_key(row.pred_id), id_key(row.gt_id))
 
 
-@dataclass
+@dataclass(slots=True)
 class RepairedMatching:
     rows: list[UnitRow]
     unmatched_pred: list[str]
@@ -47,48 +48,52 @@ def repair_matching(
     pred_set, gt_set = set(pred_ids), set(gt_ids)
 
     # Rule 1: drop rows with unknown ids; collapse duplicates keeping the strongest scope.
+    # Rows are taken in canonical order, so repairs and rows never depend on answer order.
     scopes: dict[tuple[str, str], list[str]] = {}
-    for row in sorted(matching.matches, key=lambda r: (id_key(r.pred_id), id_key(r.gt_id))):
-        unknown = [i for i, ids in ((row.pred_id, pred_set), (row.gt_id, gt_set)) if i not in ids]
-        if unknown:
-            repairs.append(
-                f"dropped row {row.pred_id}-{row.gt_id}: unknown id {', '.join(unknown)}"
-            )
+    for row in sorted(matching.matches, key=row_key):
+        pred_id, gt_id = row.pred_id, row.gt_id
+        if pred_id not in pred_set or gt_id not in gt_set:
+            unknown = [i for i, ids in ((pred_id, pred_set), (gt_id, gt_set)) if i not in ids]
+            repairs.append(f"dropped row {pred_id}-{gt_id}: unknown id {', '.join(unknown)}")
             continue
-        scopes.setdefault((row.pred_id, row.gt_id), []).append(row.match_scope)
-    best: dict[tuple[str, str], str] = {}
+        given = scopes.get((pred_id, gt_id))
+        if given is None:
+            scopes[(pred_id, gt_id)] = [row.match_scope]
+        else:
+            given.append(row.match_scope)
+    best: dict[tuple[str, str], str] = {}  # in canonical row order, as `scopes`
     for pair, given in scopes.items():
+        if len(given) == 1:
+            best[pair] = given[0]
+            continue
         best[pair] = max(given, key=SCOPE_STRENGTH.__getitem__)
-        if len(given) > 1:
-            listed = ", ".join(sorted(given, key=SCOPE_STRENGTH.__getitem__, reverse=True))
-            repairs.append(
-                f"collapsed {len(given)} rows {pair[0]}-{pair[1]} ({listed}) into {best[pair]}"
-            )
+        listed = ", ".join(sorted(given, key=SCOPE_STRENGTH.__getitem__, reverse=True))
+        repairs.append(
+            f"collapsed {len(given)} rows {pair[0]}-{pair[1]} ({listed}) into {best[pair]}"
+        )
 
     # Rule 3: scopes follow cardinality, counted over all surviving rows.
-    pred_count: Counter[str] = Counter()
-    gt_count: Counter[str] = Counter()
-    for pred_id, gt_id in best:
-        pred_count[pred_id] += 1
-        gt_count[gt_id] += 1
+    pred_count = Counter(pred_id for pred_id, _ in best)
+    gt_count = Counter(gt_id for _, gt_id in best)
     rows: list[UnitRow] = []
     released: set[str] = set()  # ids freed by a dropped 1:1 generic row
-    for (pred_id, gt_id), scope in sorted(best.items(), key=lambda kv: (id_key(kv[0][0]), id_key(kv[0][1]))):
+    for (pred_id, gt_id), scope in best.items():
         one_to_one = pred_count[pred_id] == 1 and gt_count[gt_id] == 1
-        if one_to_one and scope == "generic":
-            repairs.append(
-                f"dropped 1:1 generic row {pred_id}-{gt_id}: generic is never 1:1, "
-                "both findings are unmatched"
-            )
-            released.update((pred_id, gt_id))
-            continue
-        if one_to_one and scope == "aggregate":
-            repairs.append(f"row {pred_id}-{gt_id} is 1:1: aggregate -> direct")
-            scope = "direct"
-        elif not one_to_one and scope == "direct":
+        if one_to_one:
+            if scope == "generic":
+                repairs.append(
+                    f"dropped 1:1 generic row {pred_id}-{gt_id}: generic is never 1:1, "
+                    "both findings are unmatched"
+                )
+                released.update((pred_id, gt_id))
+                continue
+            if scope == "aggregate":
+                repairs.append(f"row {pred_id}-{gt_id} is 1:1: aggregate -> direct")
+                scope = "direct"
+        elif scope == "direct":
             repairs.append(f"row {pred_id}-{gt_id} is in a 1:N or N:1 binding: direct -> aggregate")
             scope = "aggregate"
-        rows.append(UnitRow(pred_id=pred_id, gt_id=gt_id, match_scope=scope))
+        rows.append(UnitRow(pred_id, gt_id, scope))
 
     # Rule 2: unmatched lists are whatever no row covers.
     unmatched_pred = _reconcile(
@@ -109,15 +114,16 @@ def _reconcile(
     repairs: list[str],
 ) -> list[str]:
     listed_set = set(listed)
-    for finding_id in sorted(listed_set - set(all_ids), key=id_key):
+    for finding_id in sorted(listed_set.difference(all_ids), key=id_key):
         repairs.append(f"removed unknown id {finding_id} from unmatched_{side}")
     for finding_id in sorted(listed_set & in_rows, key=id_key):  # rule 2
         repairs.append(f"removed {finding_id} from unmatched_{side}: it is in a match row")
-    duplicates = sorted((i for i, n in Counter(listed).items() if n > 1), key=id_key)
-    for finding_id in duplicates:
-        repairs.append(f"removed duplicate {finding_id} from unmatched_{side}")
+    if len(listed_set) != len(listed):
+        duplicates = sorted((i for i, n in Counter(listed).items() if n > 1), key=id_key)
+        for finding_id in duplicates:
+            repairs.append(f"removed duplicate {finding_id} from unmatched_{side}")
     unmatched = []
-    for finding_id in sorted(set(all_ids), key=id_key):
+    for finding_id in sorted(all_ids, key=id_key):
         if finding_id in in_rows:
             continue
         if finding_id not in listed_set and finding_id not in released:

@@ -1,10 +1,15 @@
-"""Models of what scoring produces for one pair (SCORING.md section 5)."""
+"""What scoring produces for one pair (SCORING.md section 5).
+
+Plain slotted dataclasses: the scoring core builds dozens per pair, and these cost
+a fraction of a validated model. Pydantic still validates them when a record is
+read (`Record.scores`) and serialises them when it is written, so the record edge
+is as strict as before; inside the core they are trusted values.
+"""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
-
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Optional
 
 from radmatch.schemas import MatchScope
 
@@ -26,12 +31,9 @@ OUTCOME_KEYS: tuple[str, ...] = ("cor", "par", "inc", "mis", "spu")
 SUBSETS: tuple[str, ...] = ("normal", "abnormal", "comparison", "measurement")
 SAFETY_TIERS: tuple[str, ...] = ("triage", "actionable", "all")
 
-_CFG = ConfigDict(extra="ignore")
 
-
-class UnitError(BaseModel):
-    model_config = _CFG
-
+@dataclass(slots=True)
+class UnitError:
     dimension: Dimension
     severity: Literal["major", "minor"]
     source: Literal["deterministic", "judge"]
@@ -40,31 +42,28 @@ class UnitError(BaseModel):
     reasoning: str = ""
 
 
-class UnitRow(BaseModel):
-    model_config = _CFG
-
+@dataclass(slots=True)
+class UnitRow:
     pred_id: str
     gt_id: str
     match_scope: MatchScope
 
 
-class Unit(BaseModel):
-    model_config = _CFG
-
+@dataclass(slots=True, kw_only=True)
+class Unit:
     kind: UnitKind
     gt_ids: list[str]
     pred_ids: list[str]
-    rows: list[UnitRow] = Field(default_factory=list)
+    rows: list[UnitRow] = field(default_factory=list)
     outcome: Optional[Outcome]
     tier: str
     actionable: bool
-    errors: list[UnitError] = Field(default_factory=list)
+    errors: list[UnitError] = field(default_factory=list)
 
 
-class SafetyRatio(BaseModel):
+@dataclass(slots=True)
+class SafetyRatio:
     """Precision and recall at one tier threshold; a ratio over 0 is None."""
-
-    model_config = _CFG
 
     precision: Optional[float]
     recall: Optional[float]
@@ -74,23 +73,20 @@ class SafetyRatio(BaseModel):
     recall_den: int
 
 
-class SideAttribution(BaseModel):
-    model_config = _CFG
-
+@dataclass(slots=True)
+class SideAttribution:
     findings: int
     attributed: int
 
 
-class Attribution(BaseModel):
-    model_config = _CFG
-
+@dataclass(slots=True)
+class Attribution:
     reference: SideAttribution
     candidate: SideAttribution
 
 
-class Scores(BaseModel):
-    model_config = _CFG
-
+@dataclass(slots=True)
+class Scores:
     actionable_errors: int
     outcomes: dict[str, int]
     safety: dict[str, SafetyRatio]
@@ -98,6 +94,11 @@ class Scores(BaseModel):
     attributes: dict[str, dict[str, int]]
     subsets: dict[str, dict[str, int]]
     units: list[Unit]
+
+
+def as_dict(result: Any) -> dict[str, Any]:
+    """Any of the result dataclasses as plain JSON-ready data."""
+    return asdict(result)
 
 
 def ratio(num: int, den: int) -> Optional[float]:

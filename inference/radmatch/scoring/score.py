@@ -35,6 +35,8 @@ ERROR_OUTCOMES = frozenset({"INC", "MIS", "SPU"})
 CREDITED_OUTCOMES = frozenset({"COR", "PAR"})
 JUDGE_DIMENSIONS = frozenset({"location", "severity", "morphology", "certainty", "measurement"})
 SEVERITIES = frozenset({"major", "minor"})
+UNMATCHED_OUTCOME = {"mis": "MIS", "spu": "SPU", "generic": None}
+OUTCOME_KEY = {"COR": "cor", "PAR": "par", "INC": "inc", "MIS": "mis", "SPU": "spu", None: "generic"}
 
 
 def score_pair(
@@ -50,7 +52,7 @@ def score_pair(
     gt = _index(reference_findings, "reference_findings")
     pred = _index(candidate_findings, "candidate_findings")
     repaired = repair_matching(matching, list(pred), list(gt))
-    repairs = list(repaired.repairs)
+    repairs = repaired.repairs
 
     drafts = build_units(repaired, gt, pred)
     strong_rows = {(r.pred_id, r.gt_id) for d in drafts for r in d.rows}
@@ -60,7 +62,9 @@ def score_pair(
     units = [_finish_unit(d, f, gt, pred, judge_errors) for d, f in zip(drafts, findings_of)]
     outcome_of = {}
     for unit in units:
-        for finding_id in unit.gt_ids + unit.pred_ids:
+        for finding_id in unit.gt_ids:
+            outcome_of[finding_id] = unit.outcome
+        for finding_id in unit.pred_ids:
             outcome_of[finding_id] = unit.outcome
 
     scores = Scores(
@@ -79,11 +83,13 @@ def score_pair(
 
 
 def _index(findings: list[Finding], field: str) -> dict[str, Finding]:
-    table: dict[str, Finding] = {}
-    for finding in findings:
-        if finding.id in table:
-            raise ValueError(f"{field}: duplicate finding id {finding.id!r}")
-        table[finding.id] = finding
+    table = {finding.id: finding for finding in findings}
+    if len(table) != len(findings):
+        seen: set[str] = set()
+        for finding in findings:
+            if finding.id in seen:
+                raise ValueError(f"{field}: duplicate finding id {finding.id!r}")
+            seen.add(finding.id)
     return table
 
 
@@ -92,7 +98,6 @@ def _judge_errors(
 ) -> dict[tuple[str, str], list[UnitError]]:
     """Judge attribute errors by (pred_id, gt_id), dropping what the contract ignores."""
     found: dict[tuple[str, str], list[UnitError]] = {}
-    seen: set[tuple[str, str]] = set()
     pairs = grading.pairs if grading else []
     answers = grading.errors_per_match if grading else []
     for (pred_id, gt_id), entries in zip(pairs, answers):
@@ -102,10 +107,11 @@ def _judge_errors(
                 f"ignored grading of {pred_id}-{gt_id}: not a direct/aggregate row after repair"
             )
             continue
-        kept = found.setdefault(key, [])
-        if key in seen:
+        kept = found.get(key)
+        if kept is None:
+            kept = found[key] = []
+        else:
             repairs.append(f"row {pred_id}-{gt_id} was graded more than once: errors merged")
-        seen.add(key)
         for entry in entries:
             if entry.dimension not in JUDGE_DIMENSIONS or entry.severity not in SEVERITIES:
                 repairs.append(
@@ -113,23 +119,22 @@ def _judge_errors(
                     f"dimension {entry.dimension!r}, severity {entry.severity!r}"
                 )
                 continue
-            error = UnitError(
-                dimension=entry.dimension,
-                severity=entry.severity,
-                source="judge",
-                pred_id=pred_id,
-                gt_id=gt_id,
-                reasoning=entry.reasoning,
-            )
+            error = UnitError(entry.dimension, entry.severity, "judge", pred_id, gt_id, entry.reasoning)
             if error not in kept:
                 kept.append(error)
     for kept in found.values():  # canonical order: scores never depend on answer order
-        kept.sort(key=lambda e: (e.dimension, e.severity, e.reasoning))
-    for pred_id, gt_id in sorted(strong_rows - set(found)):
-        repairs.append(
-            f"row {pred_id}-{gt_id} has no grading entry: scored on deterministic errors alone"
-        )
+        if len(kept) > 1:
+            kept.sort(key=_judge_error_key)
+    if len(found) < len(strong_rows):
+        for pred_id, gt_id in sorted(strong_rows.difference(found)):
+            repairs.append(
+                f"row {pred_id}-{gt_id} has no grading entry: scored on deterministic errors alone"
+            )
     return found
+
+
+def _judge_error_key(error: UnitError) -> tuple[str, str, str]:
+    return (error.dimension, error.severity, error.reasoning)
 
 
 def _finish_unit(
@@ -144,22 +149,25 @@ def _finish_unit(
     if draft.kind == "matched":
         for row in draft.rows:
             p, g = pred[row.pred_id], gt[row.gt_id]
-            errors.extend(e for e in (status_error(p, g), comparison_error(p, g)) if e)
-            errors.extend(judge_errors.get((row.pred_id, row.gt_id), []))
-        errors.extend(
-            measurement_errors(
-                [m for i in draft.gt_ids for m in gt[i].measurements],
-                [m for i in draft.pred_ids for m in pred[i].measurements],
-            )
-        )
-        if any(e.severity == "major" for e in errors):
-            outcome: Optional[str] = "INC"
-        elif errors:
-            outcome = "PAR"
+            if p.clinical_status != g.clinical_status:
+                errors.append(status_error(p, g))
+            if p.comparison != g.comparison:
+                errors.append(comparison_error(p, g))
+            judged = judge_errors.get((row.pred_id, row.gt_id))
+            if judged:
+                errors.extend(judged)
+        reference_values = [m for i in draft.gt_ids for m in gt[i].measurements]
+        candidate_values = [m for i in draft.pred_ids for m in pred[i].measurements]
+        if reference_values or candidate_values:
+            errors.extend(measurement_errors(reference_values, candidate_values))
+        if not errors:
+            outcome: Optional[str] = "COR"
+        elif any(e.severity == "major" for e in errors):
+            outcome = "INC"
         else:
-            outcome = "COR"
+            outcome = "PAR"
     else:
-        outcome = {"mis": "MIS", "spu": "SPU", "generic": None}[draft.kind]
+        outcome = UNMATCHED_OUTCOME[draft.kind]
     return Unit(
         kind=draft.kind,
         gt_ids=draft.gt_ids,
@@ -173,10 +181,9 @@ def _finish_unit(
 
 
 def _outcome_counts(units: list[Unit]) -> dict[str, int]:
-    counts = dict.fromkeys(OUTCOME_KEYS, 0)
-    counts["generic"] = 0
+    counts = dict.fromkeys((*OUTCOME_KEYS, "generic"), 0)
     for unit in units:
-        counts[unit.outcome.lower() if unit.outcome else "generic"] += 1
+        counts[OUTCOME_KEY[unit.outcome]] += 1
     return counts
 
 
@@ -187,16 +194,17 @@ def _safety(
 
     A finding counts by its own tier; it is credited when its unit is COR or PAR.
     """
-    counts = {name: [0, 0, 0, 0] for name in TIER_SETS}  # recall num/den, precision num/den
+    # per tier: recall num/den, precision num/den; tier sets add up their tiers
+    by_tier = {tier: [0, 0, 0, 0] for tier in TIER_SETS["all"]}
     for offset, findings in ((0, gt), (2, pred)):
         for finding_id, finding in findings.items():
-            credited = outcome_of[finding_id] in CREDITED_OUTCOMES
-            for name, tiers in TIER_SETS.items():
-                if finding.clinical_significance in tiers:
-                    counts[name][offset] += credited
-                    counts[name][offset + 1] += 1
-    return {
-        name: SafetyRatio(
+            counts = by_tier[finding.clinical_significance]
+            counts[offset] += outcome_of[finding_id] in CREDITED_OUTCOMES
+            counts[offset + 1] += 1
+    safety = {}
+    for name, tiers in TIER_SETS.items():
+        r_num, r_den, p_num, p_den = (sum(by_tier[t][k] for t in tiers) for k in range(4))
+        safety[name] = SafetyRatio(
             precision=ratio(p_num, p_den),
             recall=ratio(r_num, r_den),
             precision_num=p_num,
@@ -204,8 +212,7 @@ def _safety(
             recall_num=r_num,
             recall_den=r_den,
         )
-        for name, (r_num, r_den, p_num, p_den) in counts.items()
-    }
+    return safety
 
 
 def normalise_text(text: str) -> str:
@@ -219,7 +226,7 @@ def _attribution(findings: list[Finding], report: str) -> SideAttribution:
     haystack = normalise_text(report)
     attributed = 0
     for finding in findings:
-        quotes = [q for q in (normalise_text(e) for e in finding.evidence) if q]
+        quotes = [q for q in map(normalise_text, finding.evidence) if q]
         if quotes and all(q in haystack for q in quotes):
             attributed += 1
     return SideAttribution(findings=len(findings), attributed=attributed)
@@ -228,15 +235,19 @@ def _attribution(findings: list[Finding], report: str) -> SideAttribution:
 def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:
     """Each matched unit counted once per dimension, by its worst error there."""
     table = {dim: {"none": 0, "minor": 0, "major": 0} for dim in DIMENSIONS}
+    matched = 0
     for unit in units:
         if unit.kind != "matched":
             continue
+        matched += 1
         worst: dict[str, str] = {}
         for error in unit.errors:
             if error.severity == "major" or error.dimension not in worst:
                 worst[error.dimension] = error.severity
-        for dim in DIMENSIONS:
-            table[dim][worst.get(dim, "none")] += 1
+        for dim, severity in worst.items():
+            table[dim][severity] += 1
+    for counts in table.values():  # a matched unit with no error in a dimension: none
+        counts["none"] = matched - counts["minor"] - counts["major"]
     return table
 
 
@@ -245,16 +256,20 @@ def _subsets(units: list[Unit], findings_of: list[list[Finding]]) -> dict[str, d
     for unit, findings in zip(units, findings_of):
         if unit.outcome is None:  # generic units are left out of subsets
             continue
-        abnormal = any(f.clinical_status == "abnormal" for f in findings)
+        abnormal = compared = measured = False
+        for finding in findings:
+            abnormal = abnormal or finding.clinical_status == "abnormal"
+            compared = compared or finding.comparison is not None
+            measured = measured or bool(finding.measurements)
         membership = (
-            ("normal", not abnormal),  # status is normal or abnormal: these two partition
-            ("abnormal", abnormal),
-            ("comparison", any(f.comparison is not None for f in findings)),
-            ("measurement", any(f.measurements for f in findings)),
+            # status is normal or abnormal: these two partition the units
+            table["abnormal"] if abnormal else table["normal"],
+            table["comparison"] if compared else None,
+            table["measurement"] if measured else None,
         )
-        outcome = unit.outcome.lower()
-        for name, member in membership:
-            if member:
-                table[name][outcome] += 1
-                table[name]["actionable_errors"] += unit.actionable
+        outcome = OUTCOME_KEY[unit.outcome]
+        for counts in membership:
+            if counts is not None:
+                counts[outcome] += 1
+                counts["actionable_errors"] += unit.actionable
     return table
