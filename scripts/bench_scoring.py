@@ -99,7 +99,8 @@ def main() -> int:
         # the whole path, exactly as `radmatch recompute` runs it
         summary = CorpusSummary()
         start = time.process_time()
-        with open(path, encoding="utf-8") as src, open(os.devnull, "w", encoding="utf-8") as dst:
+        out_path = os.path.join(tmp, "out.jsonl")
+        with open(path, encoding="utf-8") as src, open(out_path, "w", encoding="utf-8") as dst:
             bad = recompute_lines(src, dst.write, summary)
         full = time.process_time() - start
         assert not bad, bad[:1]

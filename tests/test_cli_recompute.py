@@ -158,3 +158,34 @@ def test_old_schema_versions_go_through_the_migration_list(monkeypatch):
     data["schema_version"] = 0
     with pytest.raises(records.UnknownSchemaVersion, match="reads versions 1 to 2"):
         records.parse_record(json.dumps(data))
+
+
+@pytest.mark.parametrize("stored", [None, {"actionable_errors": 99}, [1, 2], "garbage", 7])
+def test_recompute_reads_no_stored_scores_and_keeps_extra_keys(tmp_path, stored):
+    """Stored scores of any shape are skipped unread; keys beyond the contract survive."""
+    from radmatch.recompute import score_record
+
+    data = json.loads(fig3_record().to_json())
+    data["scores"] = stored
+    data["site"] = {"name": "north", "scores": [3]}  # an extra key, with a nested 'scores'
+    parsed = parse_record(json.dumps(data), ignore_scores=True)
+    assert parsed.scores is None and parsed.site == {"name": "north", "scores": [3]}
+    assert type(parsed) is type(fig3_record())
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(src, [json.dumps(data)])
+    run_cli("recompute", str(src), "-o", str(out), check=True)
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["site"] == {"name": "north", "scores": [3]}
+    assert written["scores"] == json.loads(score_record(fig3_record()).to_json())["scores"]
+
+
+def test_ignoring_scores_still_reports_errors_elsewhere_by_field():
+    from pydantic import ValidationError
+
+    from radmatch.records import describe_error
+
+    data = json.loads(fig3_record().to_json())
+    data["stages"]["reference_findings"][0]["clinical_status"] = "maybe"
+    with pytest.raises(ValidationError) as caught:
+        parse_record(json.dumps(data), ignore_scores=True)
+    assert "field 'stages.reference_findings.0.clinical_status'" in describe_error(caught.value)

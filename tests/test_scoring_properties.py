@@ -143,3 +143,21 @@ def test_order_of_findings_and_rows_changes_no_score(rec, rnd: random.Random):
     again = score_record(shuffled)
     assert again.scores == base.scores
     assert sorted(again.repairs) == sorted(base.repairs)
+
+
+@COMMON
+@given(pairs())
+def test_corpus_tally_puts_each_count_in_the_slot_its_field_names(rec):
+    from radmatch.corpus import FIELDS, tally
+    from radmatch.scoring.results import as_dict
+
+    scored = score_record(rec)
+    data = {"scored": 1, "failed": 0, **as_dict(scored.scores)}
+
+    def walk(path):
+        value = data
+        for key in path:
+            value = value[key]
+        return value
+
+    assert tally(scored) == tuple(walk(path) for path in FIELDS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Optional
 
-from radmatch.schemas import Finding, GradingStage, MatchingAnswer
+from radmatch.schemas import Finding, GradingStage, MatchingAnswer, Measurement
 from radmatch.scoring.comparators import comparison_error, measurement_errors, status_error
 from radmatch.scoring.repair import repair_matching
 from radmatch.scoring.results import (
@@ -32,6 +32,7 @@ TIER_SETS = {
     "all": frozenset({"critical", "urgent", "notable", "routine"}),
 }
 ERROR_OUTCOMES = frozenset({"INC", "MIS", "SPU"})
+ACTIONABLE_TIERS = TIER_SETS["actionable"]
 CREDITED_OUTCOMES = frozenset({"COR", "PAR"})
 JUDGE_DIMENSIONS = frozenset({"location", "severity", "morphology", "certainty", "measurement"})
 SEVERITIES = frozenset({"major", "minor"})
@@ -144,40 +145,56 @@ def _finish_unit(
     pred: dict[str, Finding],
     judge_errors: dict[tuple[str, str], list[UnitError]],
 ) -> Unit:
-    tier = unit_tier(findings)
-    errors: list[UnitError] = []
-    if draft.kind == "matched":
-        for row in draft.rows:
-            p, g = pred[row.pred_id], gt[row.gt_id]
-            if p.clinical_status != g.clinical_status:
-                errors.append(status_error(p, g))
-            if p.comparison != g.comparison:
-                errors.append(comparison_error(p, g))
-            judged = judge_errors.get((row.pred_id, row.gt_id))
-            if judged:
-                errors.extend(judged)
-        reference_values = [m for i in draft.gt_ids for m in gt[i].measurements]
-        candidate_values = [m for i in draft.pred_ids for m in pred[i].measurements]
-        if reference_values or candidate_values:
-            errors.extend(measurement_errors(reference_values, candidate_values))
-        if not errors:
-            outcome: Optional[str] = "COR"
-        elif any(e.severity == "major" for e in errors):
-            outcome = "INC"
-        else:
-            outcome = "PAR"
-    else:
+    if draft.kind != "matched":  # one finding, no errors
         outcome = UNMATCHED_OUTCOME[draft.kind]
+        tier = findings[0].clinical_significance
+        return Unit(
+            kind=draft.kind,
+            gt_ids=draft.gt_ids,
+            pred_ids=draft.pred_ids,
+            rows=draft.rows,
+            outcome=outcome,
+            tier=tier,
+            actionable=outcome in ERROR_OUTCOMES and tier in ACTIONABLE_TIERS,
+            errors=[],
+        )
+    errors: list[UnitError] = []
+    for row in draft.rows:
+        p, g = pred[row.pred_id], gt[row.gt_id]
+        if p.clinical_status != g.clinical_status:
+            errors.append(status_error(p, g))
+        if p.comparison != g.comparison:
+            errors.append(comparison_error(p, g))
+        judged = judge_errors.get((row.pred_id, row.gt_id))
+        if judged:
+            errors.extend(judged)
+    reference_values = _pooled_measurements(draft.gt_ids, gt)
+    candidate_values = _pooled_measurements(draft.pred_ids, pred)
+    if reference_values or candidate_values:
+        errors.extend(measurement_errors(reference_values, candidate_values))
+    if not errors:
+        outcome = "COR"
+    elif any(e.severity == "major" for e in errors):
+        outcome = "INC"
+    else:
+        outcome = "PAR"
+    tier = unit_tier(findings)
     return Unit(
-        kind=draft.kind,
+        kind="matched",
         gt_ids=draft.gt_ids,
         pred_ids=draft.pred_ids,
         rows=draft.rows,
         outcome=outcome,
         tier=tier,
-        actionable=outcome in ERROR_OUTCOMES and tier in TIER_SETS["actionable"],
+        actionable=outcome in ERROR_OUTCOMES and tier in ACTIONABLE_TIERS,
         errors=errors,
     )
+
+
+def _pooled_measurements(ids: list[str], findings: dict[str, Finding]) -> list[Measurement]:
+    if len(ids) == 1:
+        return findings[ids[0]].measurements
+    return [m for i in ids for m in findings[i].measurements]
 
 
 def _outcome_counts(units: list[Unit]) -> dict[str, int]:
@@ -224,12 +241,20 @@ def normalise_text(text: str) -> str:
 
 def _attribution(findings: list[Finding], report: str) -> SideAttribution:
     haystack = normalise_text(report)
-    attributed = 0
-    for finding in findings:
-        quotes = [q for q in map(normalise_text, finding.evidence) if q]
-        if quotes and all(q in haystack for q in quotes):
-            attributed += 1
+    attributed = sum(_is_attributed(finding.evidence, haystack) for finding in findings)
     return SideAttribution(findings=len(findings), attributed=attributed)
+
+
+def _is_attributed(evidence: list[str], haystack: str) -> bool:
+    """At least one non-empty quote, and every non-empty quote found in the report."""
+    found = False
+    for quote in evidence:
+        quote = normalise_text(quote)
+        if quote:
+            if quote not in haystack:
+                return False
+            found = True
+    return found
 
 
 def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:
