@@ -97,12 +97,12 @@ class _SkippedScores(BaseModel):
 class _RecordToRescore(Record):
     """A record whose stored scores are about to be re-derived, so are not read.
 
-    Validating the stored scores would cost as much as the rest of the record; this
-    model accepts any value there (an object is skipped unbuilt) and is turned back
-    into a plain `Record` before anyone sees it.
+    Validating the stored scores would cost as much as the rest of the record; here
+    an object in their place is skipped unbuilt (anything else takes the slow path
+    of `parse_record`), and the result is turned back into a plain `Record`.
     """
 
-    scores: Union[_SkippedScores, Any] = Field(default=None, union_mode="left_to_right")
+    scores: Optional[_SkippedScores] = None
 
     def as_record(self) -> Record:
         fields = {**self.__dict__, **(self.__pydantic_extra__ or {}), "scores": None}

@@ -219,7 +219,7 @@ def measurement_errors(
     families: dict[Family, tuple[list[Pooled], list[Pooled]]] = {}
     for side, values in enumerate(_normalise(ref_raw, cand_raw)):
         for cat, unit, value in values:
-            family = _family(cat, unit)
+            family = (cat, None if cat in UNITLESS_FAMILIES else unit)
             pooled = families.get(family)
             if pooled is None:
                 pooled = families[family] = ([], [])
@@ -253,22 +253,35 @@ def _family_errors(
     if len(cand) > 1:
         cand.sort(key=_value_key)
     category = family[0]
-    pairs = _assign([v for v, _ in ref], [v for v, _ in cand], family) if ref and cand else []
+    if not ref or not cand:  # nothing to pair: every value is omitted or added
+        for pooled in ref:
+            errors.append(_unpaired(category, pooled, "major", "omitted"))
+        for pooled in cand:
+            errors.append(_unpaired(category, pooled, "minor", "added"))
+        return
+    pairs = _assign([v for v, _ in ref], [v for v, _ in cand], family)
     for i, j in pairs:
         a, b = ref[i][0], cand[j][0]
         if round(abs(a - b), ROUND) != 0:
             severity = "major" if is_major(a, b, family) else "minor"
             reasoning = f"{category} {_fmt(ref[i])} -> {_fmt(cand[j])}"
             errors.append(UnitError("measurement", severity, "deterministic", None, None, reasoning))
-    if len(pairs) < len(ref):  # a reference value without a partner: omitted, major
-        paired = {i for i, _ in pairs}
-        for i, pooled in enumerate(ref):
-            if i not in paired:
-                reasoning = f"{category} {_fmt(pooled)} omitted"
-                errors.append(UnitError("measurement", "major", "deterministic", None, None, reasoning))
-    if len(pairs) < len(cand):  # a candidate value without a partner: added, minor
-        paired = {j for _, j in pairs}
-        for j, pooled in enumerate(cand):
-            if j not in paired:
-                reasoning = f"{category} {_fmt(pooled)} added"
-                errors.append(UnitError("measurement", "minor", "deterministic", None, None, reasoning))
+    # a reference value left without a partner is omitted (major); a candidate one, added (minor)
+    paired_ref = {i for i, _ in pairs}
+    paired_cand = {j for _, j in pairs}
+    errors.extend(
+        _unpaired(category, pooled, "major", "omitted")
+        for i, pooled in enumerate(ref)
+        if i not in paired_ref
+    )
+    errors.extend(
+        _unpaired(category, pooled, "minor", "added")
+        for j, pooled in enumerate(cand)
+        if j not in paired_cand
+    )
+
+
+def _unpaired(category: str, pooled: Pooled, severity: str, what: str) -> UnitError:
+    return UnitError(
+        "measurement", severity, "deterministic", None, None, f"{category} {_fmt(pooled)} {what}"
+    )

@@ -73,8 +73,11 @@ def repair_matching(
         )
 
     # Rule 3: scopes follow cardinality, counted over all surviving rows.
-    pred_count = Counter(pred_id for pred_id, _ in best)
-    gt_count = Counter(gt_id for _, gt_id in best)
+    pred_count: dict[str, int] = {}
+    gt_count: dict[str, int] = {}
+    for pred_id, gt_id in best:
+        pred_count[pred_id] = pred_count.get(pred_id, 0) + 1
+        gt_count[gt_id] = gt_count.get(gt_id, 0) + 1
     rows: list[UnitRow] = []
     released: set[str] = set()  # ids freed by a dropped 1:1 generic row
     for (pred_id, gt_id), scope in best.items():

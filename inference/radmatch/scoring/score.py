@@ -24,7 +24,7 @@ from radmatch.scoring.results import (
     UnitError,
     ratio,
 )
-from radmatch.scoring.units import DraftUnit, build_units, unit_findings, unit_tier
+from radmatch.scoring.units import build_units
 
 TIER_SETS = {
     "triage": frozenset({"critical", "urgent"}),
@@ -36,7 +36,6 @@ ACTIONABLE_TIERS = TIER_SETS["actionable"]
 CREDITED_OUTCOMES = frozenset({"COR", "PAR"})
 JUDGE_DIMENSIONS = frozenset({"location", "severity", "morphology", "certainty", "measurement"})
 SEVERITIES = frozenset({"major", "minor"})
-UNMATCHED_OUTCOME = {"mis": "MIS", "spu": "SPU", "generic": None}
 OUTCOME_KEY = {"COR": "cor", "PAR": "par", "INC": "inc", "MIS": "mis", "SPU": "spu", None: "generic"}
 
 
@@ -55,14 +54,15 @@ def score_pair(
     repaired = repair_matching(matching, list(pred), list(gt))
     repairs = repaired.repairs
 
-    drafts = build_units(repaired, gt, pred)
-    strong_rows = {(r.pred_id, r.gt_id) for d in drafts for r in d.rows}
+    units = build_units(repaired, gt, pred)
+    strong_rows = {(r.pred_id, r.gt_id) for u in units for r in u.rows}
     judge_errors = _judge_errors(grading, strong_rows, repairs)
 
-    findings_of = [unit_findings(d, gt, pred) for d in drafts]
-    units = [_finish_unit(d, f, gt, pred, judge_errors) for d, f in zip(drafts, findings_of)]
-    outcome_of = {}
+    outcome_of: dict[str, Optional[str]] = {}
     for unit in units:
+        if unit.kind == "matched":
+            _compare_matched(unit, gt, pred, judge_errors)
+        unit.actionable = unit.outcome in ERROR_OUTCOMES and unit.tier in ACTIONABLE_TIERS
         for finding_id in unit.gt_ids:
             outcome_of[finding_id] = unit.outcome
         for finding_id in unit.pred_ids:
@@ -77,7 +77,7 @@ def score_pair(
             candidate=_attribution(candidate_findings, candidate_text),
         ),
         attributes=_attribute_breakdown(units),
-        subsets=_subsets(units, findings_of),
+        subsets=_subsets(units, gt, pred),
         units=units,
     )
     return scores, repairs
@@ -138,28 +138,15 @@ def _judge_error_key(error: UnitError) -> tuple[str, str, str]:
     return (error.dimension, error.severity, error.reasoning)
 
 
-def _finish_unit(
-    draft: DraftUnit,
-    findings: list[Finding],
+def _compare_matched(
+    unit: Unit,
     gt: dict[str, Finding],
     pred: dict[str, Finding],
     judge_errors: dict[tuple[str, str], list[UnitError]],
-) -> Unit:
-    if draft.kind != "matched":  # one finding, no errors
-        outcome = UNMATCHED_OUTCOME[draft.kind]
-        tier = findings[0].clinical_significance
-        return Unit(
-            kind=draft.kind,
-            gt_ids=draft.gt_ids,
-            pred_ids=draft.pred_ids,
-            rows=draft.rows,
-            outcome=outcome,
-            tier=tier,
-            actionable=outcome in ERROR_OUTCOMES and tier in ACTIONABLE_TIERS,
-            errors=[],
-        )
-    errors: list[UnitError] = []
-    for row in draft.rows:
+) -> None:
+    """Fill in a matched unit's errors, in row order, and its outcome [3.3]."""
+    errors = unit.errors
+    for row in unit.rows:
         p, g = pred[row.pred_id], gt[row.gt_id]
         if p.clinical_status != g.clinical_status:
             errors.append(status_error(p, g))
@@ -168,27 +155,16 @@ def _finish_unit(
         judged = judge_errors.get((row.pred_id, row.gt_id))
         if judged:
             errors.extend(judged)
-    reference_values = _pooled_measurements(draft.gt_ids, gt)
-    candidate_values = _pooled_measurements(draft.pred_ids, pred)
+    reference_values = _pooled_measurements(unit.gt_ids, gt)
+    candidate_values = _pooled_measurements(unit.pred_ids, pred)
     if reference_values or candidate_values:
         errors.extend(measurement_errors(reference_values, candidate_values))
     if not errors:
-        outcome = "COR"
+        unit.outcome = "COR"
     elif any(e.severity == "major" for e in errors):
-        outcome = "INC"
+        unit.outcome = "INC"
     else:
-        outcome = "PAR"
-    tier = unit_tier(findings)
-    return Unit(
-        kind="matched",
-        gt_ids=draft.gt_ids,
-        pred_ids=draft.pred_ids,
-        rows=draft.rows,
-        outcome=outcome,
-        tier=tier,
-        actionable=outcome in ERROR_OUTCOMES and tier in ACTIONABLE_TIERS,
-        errors=errors,
-    )
+        unit.outcome = "PAR"
 
 
 def _pooled_measurements(ids: list[str], findings: dict[str, Finding]) -> list[Measurement]:
@@ -220,7 +196,7 @@ def _safety(
             counts[offset + 1] += 1
     safety = {}
     for name, tiers in TIER_SETS.items():
-        r_num, r_den, p_num, p_den = (sum(by_tier[t][k] for t in tiers) for k in range(4))
+        r_num, r_den, p_num, p_den = map(sum, zip(*(by_tier[t] for t in tiers)))
         safety[name] = SafetyRatio(
             precision=ratio(p_num, p_den),
             recall=ratio(r_num, r_den),
@@ -276,16 +252,20 @@ def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:
     return table
 
 
-def _subsets(units: list[Unit], findings_of: list[list[Finding]]) -> dict[str, dict[str, int]]:
+def _subsets(
+    units: list[Unit], gt: dict[str, Finding], pred: dict[str, Finding]
+) -> dict[str, dict[str, int]]:
     table = {name: dict.fromkeys((*OUTCOME_KEYS, "actionable_errors"), 0) for name in SUBSETS}
-    for unit, findings in zip(units, findings_of):
+    for unit in units:
         if unit.outcome is None:  # generic units are left out of subsets
             continue
         abnormal = compared = measured = False
-        for finding in findings:
-            abnormal = abnormal or finding.clinical_status == "abnormal"
-            compared = compared or finding.comparison is not None
-            measured = measured or bool(finding.measurements)
+        for findings, ids in ((gt, unit.gt_ids), (pred, unit.pred_ids)):
+            for finding_id in ids:
+                finding = findings[finding_id]
+                abnormal = abnormal or finding.clinical_status == "abnormal"
+                compared = compared or finding.comparison is not None
+                measured = measured or bool(finding.measurements)
         membership = (
             # status is normal or abnormal: these two partition the units
             table["abnormal"] if abnormal else table["normal"],

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Optional
 
 from radmatch.schemas import Finding
 from radmatch.scoring.repair import RepairedMatching, id_key, row_key
-from radmatch.scoring.results import UnitRow
+from radmatch.scoring.results import Unit, UnitRow
 
 TIERS_BY_RANK = ("routine", "notable", "urgent", "critical")
 TIER_RANK = {tier: rank for rank, tier in enumerate(TIERS_BY_RANK)}
-
-
-@dataclass(slots=True)
-class DraftUnit:
-    """A unit before its errors and outcome are known."""
-
-    kind: str  # matched, mis, spu, generic
-    gt_ids: list[str]
-    pred_ids: list[str]
-    rows: list[UnitRow] = field(default_factory=list)
 
 
 def unit_tier(findings: list[Finding]) -> str:
@@ -29,16 +19,24 @@ def unit_tier(findings: list[Finding]) -> str:
 
 def build_units(
     repaired: RepairedMatching, gt: dict[str, Finding], pred: dict[str, Finding]
-) -> list[DraftUnit]:
+) -> list[Unit]:
     """Every finding lands in exactly one unit; units come out in a canonical order:
-    matched, mis, spu, generic; within a kind by first id (reference side first)."""
+    matched, mis, spu, generic; within a kind by first id (reference side first).
+
+    Units come with their findings, rows and tier. MIS, SPU and generic units are
+    complete; a matched unit's errors and outcome are for the comparators to fill in.
+    """
     strong = [r for r in repaired.rows if r.match_scope != "generic"]
     matched = []
     for rows in _components(strong):
         if len(rows) == 1:  # the common 1:1 unit, without sorting
-            matched.append(DraftUnit("matched", [rows[0].gt_id], [rows[0].pred_id], rows))
+            gt_ids, pred_ids = [rows[0].gt_id], [rows[0].pred_id]
         else:
-            matched.append(_merged(rows))
+            rows.sort(key=row_key)
+            gt_ids = sorted({r.gt_id for r in rows}, key=id_key)
+            pred_ids = sorted({r.pred_id for r in rows}, key=id_key)
+        tier = unit_tier([gt[i] for i in gt_ids] + [pred[i] for i in pred_ids])
+        matched.append(_unit("matched", gt_ids, pred_ids, None, tier, rows))
     matched.sort(key=lambda unit: id_key(unit.gt_ids[0]))
 
     strong_gt = {r.gt_id for r in strong}
@@ -48,25 +46,46 @@ def build_units(
     # a generic-covered finding is excused only when normal (section 3, ours)
     mis = list(repaired.unmatched_gt)
     spu = list(repaired.unmatched_pred)
-    generic: list[DraftUnit] = []
+    generic: list[Unit] = []
     for gt_id in sorted(generic_gt, key=id_key):
         if gt[gt_id].clinical_status == "normal":
-            generic.append(DraftUnit("generic", [gt_id], []))
+            generic.append(_unit("generic", [gt_id], [], None, gt[gt_id].clinical_significance))
         else:
             mis.append(gt_id)
     for pred_id in sorted(generic_pred, key=id_key):
         if pred[pred_id].clinical_status == "normal":
-            generic.append(DraftUnit("generic", [], [pred_id]))
+            generic.append(_unit("generic", [], [pred_id], None, pred[pred_id].clinical_significance))
         else:
             spu.append(pred_id)
     mis.sort(key=id_key)
     spu.sort(key=id_key)
     return [
         *matched,
-        *(DraftUnit("mis", [gt_id], []) for gt_id in mis),
-        *(DraftUnit("spu", [], [pred_id]) for pred_id in spu),
+        *(_unit("mis", [i], [], "MIS", gt[i].clinical_significance) for i in mis),
+        *(_unit("spu", [], [i], "SPU", pred[i].clinical_significance) for i in spu),
         *generic,
     ]
+
+
+def _unit(
+    kind: str,
+    gt_ids: list[str],
+    pred_ids: list[str],
+    outcome: Optional[str],
+    tier: str,
+    rows: Optional[list[UnitRow]] = None,
+) -> Unit:
+    # errors and actionable are settled once outcomes are known (score.py)
+    return Unit(
+        kind=kind,
+        gt_ids=gt_ids,
+        pred_ids=pred_ids,
+        rows=rows or [],
+        outcome=outcome,
+        tier=tier,
+        actionable=False,
+        errors=[],
+    )
 
 
 def _components(rows: list[UnitRow]) -> list[list[UnitRow]]:
@@ -95,19 +114,3 @@ def _components(rows: list[UnitRow]) -> list[list[UnitRow]]:
         of_gt[row.gt_id] = of_pred[row.pred_id] = into
     unique = {id(c): c for c in of_gt.values()}
     return list(unique.values())
-
-
-def _merged(rows: list[UnitRow]) -> DraftUnit:
-    rows.sort(key=row_key)
-    return DraftUnit(
-        "matched",
-        sorted({r.gt_id for r in rows}, key=id_key),
-        sorted({r.pred_id for r in rows}, key=id_key),
-        rows,
-    )
-
-
-def unit_findings(
-    unit: DraftUnit, gt: dict[str, Finding], pred: dict[str, Finding]
-) -> list[Finding]:
-    return [gt[i] for i in unit.gt_ids] + [pred[i] for i in unit.pred_ids]
