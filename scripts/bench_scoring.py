@@ -53,6 +53,14 @@ def _sizes(rnd: random.Random) -> list[Measurement]:
     ]
 
 
+def _attributes(rnd: random.Random) -> dict:
+    return {
+        "clinical_status": rnd.choice(["normal", "abnormal"]),
+        "clinical_significance": rnd.choice(TIERS),
+        "comparison": rnd.choice(COMPARISONS),
+    }
+
+
 # --------------------------------------------------------------------------- stress
 
 
@@ -61,9 +69,7 @@ def _stress_finding(rnd: random.Random, fid: str) -> Finding:
     return Finding(
         id=fid,
         text=SENTENCE,
-        clinical_status=rnd.choice(["normal", "abnormal"]),
-        clinical_significance=rnd.choice(TIERS),
-        comparison=rnd.choice(COMPARISONS),
+        **_attributes(rnd),
         measurements=measurements,
         evidence=[SENTENCE[: rnd.randint(20, 60)]],
     )
@@ -95,15 +101,7 @@ def _realistic_finding(rnd: random.Random, fid: str) -> Finding:
     if measurements:
         text += " measuring " + " by ".join(f"{m.value:g} {m.unit}" for m in measurements)
     text += "."
-    return Finding(
-        id=fid,
-        text=text,
-        clinical_status=rnd.choice(["normal", "abnormal"]),
-        clinical_significance=rnd.choice(TIERS),
-        comparison=rnd.choice(COMPARISONS),
-        measurements=measurements,
-        evidence=[text[:-1]],
-    )
+    return Finding(id=fid, text=text, **_attributes(rnd), measurements=measurements, evidence=[text[:-1]])
 
 
 def _reported(rnd: random.Random, gt: Finding, fid: str) -> tuple[Finding, list[dict]]:
