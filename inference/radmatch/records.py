@@ -117,14 +117,10 @@ def parse_record(line: Union[str, dict[str, Any]], *, ignore_scores: bool = Fals
     """
     if isinstance(line, str):
         try:  # fast path: the current version, validated straight from JSON
-            if ignore_scores:
-                unscored = _RecordToRescore.model_validate_json(line)
-                if unscored.schema_version == SCHEMA_VERSION:
-                    return unscored.as_record()
-            else:
-                record = Record.model_validate_json(line)
-                if record.schema_version == SCHEMA_VERSION:
-                    return record
+            model = _RecordToRescore if ignore_scores else Record
+            record = model.model_validate_json(line)
+            if record.schema_version == SCHEMA_VERSION:
+                return record.as_record() if isinstance(record, _RecordToRescore) else record
         except ValidationError:
             pass  # re-parsed below, so that a version error wins over field errors
         data = json.loads(line)

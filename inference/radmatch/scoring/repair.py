@@ -27,7 +27,7 @@ def id_key(finding_id: str) -> tuple[str, int, str]:
     return (finding_id, -1, finding_id)
 
 
-def row_key(row: "UnitRow | MatchRow") -> tuple:
+def row_key(row: UnitRow | MatchRow) -> tuple:
     """Canonical row order: by pred id, then gt id, each in natural order."""
     return (id_key(row.pred_id), id_key(row.gt_id))
 
