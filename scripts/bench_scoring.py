@@ -169,7 +169,7 @@ def _record(index, gt, pred, pairs, aggregate, errors) -> Record:
             reference_findings=gt,
             candidate_findings=pred,
             matching=matching,
-            grading=GradingStage(pairs=graded, errors_per_match=errors[: len(graded)]),
+            grading=GradingStage(pairs=graded, errors_per_match=errors),
         ),
     )
 

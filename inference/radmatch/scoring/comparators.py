@@ -219,7 +219,7 @@ def measurement_errors(
     families: dict[Family, tuple[list[Pooled], list[Pooled]]] = {}
     for side, values in enumerate(_normalise(ref_raw, cand_raw)):
         for cat, unit, value in values:
-            family = (cat, None if cat in UNITLESS_FAMILIES else unit)
+            family = _family(cat, unit)
             pooled = families.get(family)
             if pooled is None:
                 pooled = families[family] = ([], [])
