@@ -211,6 +211,23 @@ def open_page(driver, path: Path, timeout: float = 30.0) -> float:
     return time.perf_counter() - start
 
 
+def wait_for_view(driver, view: str, pair_id: str = "", timeout: float = 10.0) -> None:
+    """Wait until the router shows `view` (and that pair): it runs on hashchange, async."""
+    script = (
+        "return [document.documentElement.dataset.view,"
+        " document.getElementById('view-pair').dataset.pairId || '']"
+    )
+    start = time.perf_counter()
+    while True:
+        shown_view, shown_pair = driver.execute_script(script)
+        if shown_view == view and (not pair_id or shown_pair == pair_id):
+            return
+        if time.perf_counter() - start > timeout:
+            raise AssertionError(f"expected view {view!r} {pair_id!r}, page shows "
+                                 f"{shown_view!r} {shown_pair!r}")
+        time.sleep(0.02)
+
+
 def requests_seen(driver) -> list[str]:
     urls = []
     for entry in driver.get_log("performance"):
@@ -387,7 +404,7 @@ def test_opening_a_pair_shows_its_units_and_highlights(browser, demo):
     open_page(browser, demo["out"])
     set_filter(browser, "f-search", "rexval-fig3-b")
     browser.find_element("css selector", '#pairs-body tr[data-pair-id="rexval-fig3-b"] a').click()
-    assert browser.execute_script("return document.documentElement.dataset.view") == "pair"
+    wait_for_view(browser, "pair", "rexval-fig3-b")
     view = browser.find_element("id", "view-pair")
     assert view.get_attribute("data-pair-id") == "rexval-fig3-b"
     cards = browser.execute_script(
@@ -420,13 +437,13 @@ def test_opening_a_pair_shows_its_units_and_highlights(browser, demo):
 
     # repairs: Fig. 3a's heart row was labelled aggregate 1:1 and repaired to direct
     browser.execute_script("location.hash = '#/pair/rexval-fig3-a'")
-    time.sleep(0.2)
+    wait_for_view(browser, "pair", "rexval-fig3-a")
     repairs = browser.execute_script(
         "return [...document.querySelectorAll('#view-pair article.unit .unit-repairs li')].map(l => l.textContent)"
     )
     assert repairs and any("gt_3" in r for r in repairs)
     browser.find_element("css selector", ".pair-nav a.back").click()
-    assert browser.execute_script("return document.documentElement.dataset.view") == "corpus"
+    wait_for_view(browser, "corpus")
 
 
 @pytest.mark.browser
@@ -437,7 +454,8 @@ def test_hostile_report_executes_nothing_and_nothing_leaves_the_page(browser, de
     set_filter(browser, "f-search", "onerror")
     assert table_ids(browser) == ["xss-<b>1</b>"]
     browser.find_element("css selector", "#pairs-body tr a").click()
-    time.sleep(0.3)
+    wait_for_view(browser, "pair", "xss-<b>1</b>")
+    time.sleep(0.3)  # time for any injected handler to run
     state = browser.execute_script(
         "return {pwned: window.__pwned === undefined ? null : window.__pwned, title: document.title,"
         " imgs: document.images.length, scripts: document.scripts.length,"

@@ -30,6 +30,7 @@ TO_MM = {"mm": 1.0, "cm": 10.0, "m": 1000.0}
 HU_BOUNDARIES = (-10.0, 10.0, 20.0)
 ROUND = 6
 MAJOR_TIE_BREAK = 1e-6
+CLEAR_MARGIN = 1e-9  # pairings whose costs differ by less are left to the general solver
 UNITLESS_FAMILIES = frozenset({"ratio", "count"})  # one family whatever the unit
 
 
@@ -205,6 +206,10 @@ def _assign(a_vals: list[float], b_vals: list[float], family: Family) -> list[tu
         return [(0, min(range(len(b_vals)), key=cost[0].__getitem__))]
     if len(b_vals) == 1:
         return [(min(range(len(a_vals)), key=lambda i: cost[i][0]), 0)]
+    if len(a_vals) == 2 and len(b_vals) == 2:  # two pairings: take the clearly cheaper one
+        straight, crossed = cost[0][0] + cost[1][1], cost[0][1] + cost[1][0]
+        if abs(straight - crossed) > CLEAR_MARGIN:  # (a near tie is scipy's to break)
+            return [(0, 0), (1, 1)] if straight < crossed else [(0, 1), (1, 0)]
     rows, cols = linear_sum_assignment(np.array(cost))
     return list(zip(rows.tolist(), cols.tolist()))
 
@@ -214,7 +219,7 @@ def measurement_errors(
 ) -> list[UnitError]:
     """Pooled measurement errors of one unit (pred_id and gt_id are null)."""
     ref_raw, cand_raw = _raw(ref), _raw(cand)
-    if not ref_raw and not cand_raw:
+    if ref_raw == cand_raw:  # the same values on both sides (or none): every pair is equal
         return []
     families: dict[Family, tuple[list[Pooled], list[Pooled]]] = {}
     for side, values in enumerate(_normalise(ref_raw, cand_raw)):
@@ -267,18 +272,20 @@ def _family_errors(
             reasoning = f"{category} {_fmt(ref[i])} -> {_fmt(cand[j])}"
             errors.append(UnitError("measurement", severity, "deterministic", None, None, reasoning))
     # a reference value left without a partner is omitted (major); a candidate one, added (minor)
-    paired_ref = {i for i, _ in pairs}
-    paired_cand = {j for _, j in pairs}
-    errors.extend(
-        _unpaired(category, pooled, "major", "omitted")
-        for i, pooled in enumerate(ref)
-        if i not in paired_ref
-    )
-    errors.extend(
-        _unpaired(category, pooled, "minor", "added")
-        for j, pooled in enumerate(cand)
-        if j not in paired_cand
-    )
+    if len(ref) > len(pairs):
+        paired_ref = {i for i, _ in pairs}
+        errors.extend(
+            _unpaired(category, pooled, "major", "omitted")
+            for i, pooled in enumerate(ref)
+            if i not in paired_ref
+        )
+    if len(cand) > len(pairs):
+        paired_cand = {j for _, j in pairs}
+        errors.extend(
+            _unpaired(category, pooled, "minor", "added")
+            for j, pooled in enumerate(cand)
+            if j not in paired_cand
+        )
 
 
 def _unpaired(category: str, pooled: Pooled, severity: str, what: str) -> UnitError:

@@ -8,7 +8,7 @@ is as strict as before; inside the core they are trusted values.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, Optional
 
 from radmatch.schemas import MatchScope
@@ -49,16 +49,16 @@ class UnitRow:
     match_scope: MatchScope
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True)
 class Unit:
     kind: UnitKind
     gt_ids: list[str]
     pred_ids: list[str]
-    rows: list[UnitRow] = field(default_factory=list)
+    rows: list[UnitRow]  # a matched unit's repaired rows; empty for the other kinds
     outcome: Optional[Outcome]
     tier: str
     actionable: bool
-    errors: list[UnitError] = field(default_factory=list)
+    errors: list[UnitError]
 
 
 @dataclass(slots=True)

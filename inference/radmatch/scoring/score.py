@@ -58,20 +58,18 @@ def score_pair(
     strong_rows = {(r.pred_id, r.gt_id) for u in units for r in u.rows}
     judge_errors = _judge_errors(grading, strong_rows, repairs)
 
-    outcome_of: dict[str, Optional[str]] = {}
+    actionable_errors = 0
     for unit in units:
         if unit.kind == "matched":
             _compare_matched(unit, gt, pred, judge_errors)
-        unit.actionable = unit.outcome in ERROR_OUTCOMES and unit.tier in ACTIONABLE_TIERS
-        for finding_id in unit.gt_ids:
-            outcome_of[finding_id] = unit.outcome
-        for finding_id in unit.pred_ids:
-            outcome_of[finding_id] = unit.outcome
+        if unit.outcome in ERROR_OUTCOMES and unit.tier in ACTIONABLE_TIERS:
+            unit.actionable = True
+            actionable_errors += 1
 
     scores = Scores(
-        actionable_errors=sum(u.actionable for u in units),
+        actionable_errors=actionable_errors,
         outcomes=_outcome_counts(units),
-        safety=_safety(gt, pred, outcome_of),
+        safety=_safety(units, gt, pred),
         attribution=Attribution(
             reference=_attribution(reference_findings, reference_text),
             candidate=_attribution(candidate_findings, candidate_text),
@@ -181,7 +179,7 @@ def _outcome_counts(units: list[Unit]) -> dict[str, int]:
 
 
 def _safety(
-    gt: dict[str, Finding], pred: dict[str, Finding], outcome_of: dict[str, Optional[str]]
+    units: list[Unit], gt: dict[str, Finding], pred: dict[str, Finding]
 ) -> dict[str, SafetyRatio]:
     """Recall over reference findings and precision over candidate findings, per tier set.
 
@@ -189,11 +187,16 @@ def _safety(
     """
     # per tier: recall num/den, precision num/den; tier sets add up their tiers
     by_tier = {tier: [0, 0, 0, 0] for tier in TIER_SETS["all"]}
-    for offset, findings in ((0, gt), (2, pred)):
-        for finding_id, finding in findings.items():
-            counts = by_tier[finding.clinical_significance]
-            counts[offset] += outcome_of[finding_id] in CREDITED_OUTCOMES
-            counts[offset + 1] += 1
+    for unit in units:  # every finding is in exactly one unit
+        credited = unit.outcome in CREDITED_OUTCOMES
+        for finding_id in unit.gt_ids:
+            counts = by_tier[gt[finding_id].clinical_significance]
+            counts[0] += credited
+            counts[1] += 1
+        for finding_id in unit.pred_ids:
+            counts = by_tier[pred[finding_id].clinical_significance]
+            counts[2] += credited
+            counts[3] += 1
     safety = {}
     for name, tiers in TIER_SETS.items():
         r_num, r_den, p_num, p_den = map(sum, zip(*(by_tier[t] for t in tiers)))
@@ -216,21 +219,37 @@ def normalise_text(text: str) -> str:
 
 
 def _attribution(findings: list[Finding], report: str) -> SideAttribution:
-    haystack = normalise_text(report)
-    attributed = sum(_is_attributed(finding.evidence, haystack) for finding in findings)
+    quotes = _QuoteFinder(report)
+    attributed = sum(quotes.attributes(finding.evidence) for finding in findings)
     return SideAttribution(findings=len(findings), attributed=attributed)
 
 
-def _is_attributed(evidence: list[str], haystack: str) -> bool:
-    """At least one non-empty quote, and every non-empty quote found in the report."""
-    found = False
-    for quote in evidence:
-        quote = normalise_text(quote)
-        if quote:
-            if quote not in haystack:
-                return False
+class _QuoteFinder:
+    """Finds evidence quotes in one report, compared after `normalise_text`."""
+
+    __slots__ = ("report", "verbatim", "_haystack")
+
+    def __init__(self, report: str) -> None:
+        self.report = report
+        # In ASCII, a quote found as is is also found after normalising both sides
+        # (whitespace runs inside a quote are whole runs of the report; case folding
+        # maps character by character), so the normalised search is only a fallback.
+        self.verbatim = report.isascii()
+        self._haystack: Optional[str] = None
+
+    def attributes(self, evidence: list[str]) -> bool:
+        """At least one non-empty quote, and every non-empty quote found in the report."""
+        found = False
+        for quote in evidence:
+            if not quote or quote.isspace():  # empty once normalised
+                continue
+            if not (self.verbatim and quote in self.report):
+                if self._haystack is None:
+                    self._haystack = normalise_text(self.report)
+                if normalise_text(quote) not in self._haystack:
+                    return False
             found = True
-    return found
+        return found
 
 
 def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from radmatch.schemas import Finding
 from radmatch.scoring.repair import RepairedMatching, id_key, row_key
 from radmatch.scoring.results import Unit, UnitRow
@@ -24,7 +22,8 @@ def build_units(
     matched, mis, spu, generic; within a kind by first id (reference side first).
 
     Units come with their findings, rows and tier. MIS, SPU and generic units are
-    complete; a matched unit's errors and outcome are for the comparators to fill in.
+    complete; a matched unit's errors and outcome are for the comparators to fill in,
+    and every unit's `actionable` once its outcome is known.
     """
     strong = [r for r in repaired.rows if r.match_scope != "generic"]
     matched = []
@@ -36,56 +35,51 @@ def build_units(
             gt_ids = sorted({r.gt_id for r in rows}, key=id_key)
             pred_ids = sorted({r.pred_id for r in rows}, key=id_key)
         tier = unit_tier([gt[i] for i in gt_ids] + [pred[i] for i in pred_ids])
-        matched.append(_unit("matched", gt_ids, pred_ids, None, tier, rows))
+        matched.append(Unit("matched", gt_ids, pred_ids, rows, None, tier, False, []))
     matched.sort(key=lambda unit: id_key(unit.gt_ids[0]))
 
-    strong_gt = {r.gt_id for r in strong}
-    strong_pred = {r.pred_id for r in strong}
-    generic_gt = {r.gt_id for r in repaired.rows if r.match_scope == "generic"} - strong_gt
-    generic_pred = {r.pred_id for r in repaired.rows if r.match_scope == "generic"} - strong_pred
-    # a generic-covered finding is excused only when normal (section 3, ours)
-    mis = list(repaired.unmatched_gt)
+    mis = list(repaired.unmatched_gt)  # (sorted by repair)
     spu = list(repaired.unmatched_pred)
     generic: list[Unit] = []
-    for gt_id in sorted(generic_gt, key=id_key):
-        if gt[gt_id].clinical_status == "normal":
-            generic.append(_unit("generic", [gt_id], [], None, gt[gt_id].clinical_significance))
-        else:
-            mis.append(gt_id)
-    for pred_id in sorted(generic_pred, key=id_key):
-        if pred[pred_id].clinical_status == "normal":
-            generic.append(_unit("generic", [], [pred_id], None, pred[pred_id].clinical_significance))
-        else:
-            spu.append(pred_id)
-    mis.sort(key=id_key)
-    spu.sort(key=id_key)
+    if len(strong) < len(repaired.rows):
+        _generic_units(repaired.rows, strong, gt, pred, mis, spu, generic)
+        mis.sort(key=id_key)
+        spu.sort(key=id_key)
     return [
         *matched,
-        *(_unit("mis", [i], [], "MIS", gt[i].clinical_significance) for i in mis),
-        *(_unit("spu", [], [i], "SPU", pred[i].clinical_significance) for i in spu),
+        *[Unit("mis", [i], [], [], "MIS", gt[i].clinical_significance, False, []) for i in mis],
+        *[Unit("spu", [], [i], [], "SPU", pred[i].clinical_significance, False, []) for i in spu],
         *generic,
     ]
 
 
-def _unit(
-    kind: str,
-    gt_ids: list[str],
-    pred_ids: list[str],
-    outcome: Optional[str],
-    tier: str,
-    rows: Optional[list[UnitRow]] = None,
-) -> Unit:
-    # errors and actionable are settled once outcomes are known (score.py)
-    return Unit(
-        kind=kind,
-        gt_ids=gt_ids,
-        pred_ids=pred_ids,
-        rows=rows or [],
-        outcome=outcome,
-        tier=tier,
-        actionable=False,
-        errors=[],
-    )
+def _generic_units(
+    rows: list[UnitRow],
+    strong: list[UnitRow],
+    gt: dict[str, Finding],
+    pred: dict[str, Finding],
+    mis: list[str],
+    spu: list[str],
+    generic: list[Unit],
+) -> None:
+    """Findings covered only by generic rows: a generic unit when normal, else MIS/SPU."""
+    # a generic-covered finding is excused only when normal (section 3, ours)
+    generic_gt = {r.gt_id for r in rows if r.match_scope == "generic"} - {r.gt_id for r in strong}
+    generic_pred = {r.pred_id for r in rows if r.match_scope == "generic"} - {
+        r.pred_id for r in strong
+    }
+    for gt_id in sorted(generic_gt, key=id_key):
+        finding = gt[gt_id]
+        if finding.clinical_status == "normal":
+            generic.append(Unit("generic", [gt_id], [], [], None, finding.clinical_significance, False, []))
+        else:
+            mis.append(gt_id)
+    for pred_id in sorted(generic_pred, key=id_key):
+        finding = pred[pred_id]
+        if finding.clinical_status == "normal":
+            generic.append(Unit("generic", [], [pred_id], [], None, finding.clinical_significance, False, []))
+        else:
+            spu.append(pred_id)
 
 
 def _components(rows: list[UnitRow]) -> list[list[UnitRow]]:
