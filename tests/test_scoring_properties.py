@@ -161,3 +161,52 @@ def test_corpus_tally_puts_each_count_in_the_slot_its_field_names(rec):
         return value
 
     assert tally(scored) == tuple(walk(path) for path in FIELDS)
+
+
+# --------------------------------------------------------------------------- fast paths
+# Each shortcut of the scoring core must give what the general rule gives.
+
+
+@COMMON
+@given(
+    st.lists(st.sampled_from([0, 0.5, 2, 2.4, 4.4, 5, 10, 12, 20, 26, -15]), min_size=2, max_size=2),
+    st.lists(st.sampled_from([0, 0.5, 2, 2.4, 4.4, 5, 10, 12, 20, 26, -15]), min_size=2, max_size=2),
+    st.sampled_from([("size", "mm"), ("ratio", None), ("count", None), ("attenuation", "hu")]),
+)
+def test_two_by_two_pairing_is_the_general_solvers(ref, cand, family):
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    from radmatch.scoring.comparators import _assign, _pair_cost
+
+    ref, cand = sorted(ref), sorted(cand)  # as the comparator passes them
+    cost = np.array([[_pair_cost(a, b, family) for b in cand] for a in ref])
+    rows, cols = linear_sum_assignment(cost)
+    assert _assign(ref, cand, family) == list(zip(rows.tolist(), cols.tolist()))
+
+
+@COMMON
+@given(st.lists(MEASUREMENT, max_size=5), st.randoms(use_true_random=False))
+def test_the_same_values_in_any_order_are_no_measurement_error(values, rnd: random.Random):
+    from radmatch.scoring.comparators import measurement_errors
+
+    shuffled = list(values)
+    rnd.shuffle(shuffled)  # a different order takes the general path, the same one a shortcut
+    assert measurement_errors(values, shuffled) == []
+    assert measurement_errors(values, values) == []
+
+
+TEXT = st.text(alphabet=list("abAB .,\t\n\u00a0\u00e9e\u0301\u1e9e\u00df"), max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(TEXT, min_size=1, max_size=4), st.lists(TEXT, max_size=3))
+def test_evidence_search_follows_the_normalised_rule(pieces, evidence):
+    from radmatch.scoring.score import _QuoteFinder, normalise_text
+
+    report = "".join(pieces)
+    evidence = evidence + pieces[:1]  # a quote cut from the report, verbatim
+    haystack = normalise_text(report)
+    quotes = [normalise_text(q) for q in evidence if normalise_text(q)]
+    expected = bool(quotes) and all(q in haystack for q in quotes)  # SCORING.md 5, literally
+    assert _QuoteFinder(report).attributes(evidence) is expected
