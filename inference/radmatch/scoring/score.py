@@ -199,7 +199,13 @@ def _safety(
             counts[3] += 1
     safety = {}
     for name, tiers in TIER_SETS.items():
-        r_num, r_den, p_num, p_den = map(sum, zip(*(by_tier[t] for t in tiers)))
+        r_num = r_den = p_num = p_den = 0
+        for tier in tiers:
+            counts = by_tier[tier]
+            r_num += counts[0]
+            r_den += counts[1]
+            p_num += counts[2]
+            p_den += counts[3]
         safety[name] = SafetyRatio(
             precision=ratio(p_num, p_den),
             recall=ratio(r_num, r_den),
@@ -219,8 +225,11 @@ def normalise_text(text: str) -> str:
 
 
 def _attribution(findings: list[Finding], report: str) -> SideAttribution:
-    quotes = _QuoteFinder(report)
-    attributed = sum(quotes.attributes(finding.evidence) for finding in findings)
+    attributes = _QuoteFinder(report).attributes
+    attributed = 0
+    for finding in findings:
+        if attributes(finding.evidence):
+            attributed += 1
     return SideAttribution(findings=len(findings), attributed=attributed)
 
 

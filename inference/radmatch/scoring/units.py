@@ -30,11 +30,16 @@ def build_units(
     for rows in _components(strong):
         if len(rows) == 1:  # the common 1:1 unit, without sorting
             gt_ids, pred_ids = [rows[0].gt_id], [rows[0].pred_id]
+            tier = max(
+                gt[gt_ids[0]].clinical_significance,
+                pred[pred_ids[0]].clinical_significance,
+                key=TIER_RANK.__getitem__,
+            )
         else:
             rows.sort(key=row_key)
             gt_ids = sorted({r.gt_id for r in rows}, key=id_key)
             pred_ids = sorted({r.pred_id for r in rows}, key=id_key)
-        tier = unit_tier([gt[i] for i in gt_ids] + [pred[i] for i in pred_ids])
+            tier = unit_tier([gt[i] for i in gt_ids] + [pred[i] for i in pred_ids])
         matched.append(Unit("matched", gt_ids, pred_ids, rows, None, tier, False, []))
     matched.sort(key=lambda unit: id_key(unit.gt_ids[0]))
 
