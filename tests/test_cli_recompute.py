@@ -118,6 +118,19 @@ def test_duplicate_pair_ids_keep_the_last_record_with_a_warning():
     assert any("repeat an earlier pair_id" in w for w in summary["warnings"])
 
 
+def test_a_repeated_pair_id_replaces_its_failure_or_its_scores():
+    from radmatch.recompute import score_record
+
+    scored = score_record(fig3_record("same"))
+    failed = fig3_record("same").model_copy(update={"error": "judge timed out"})
+    retried = summarize([failed, scored]).to_dict()
+    assert (retried["n_failed"], retried["n_scored"], retried["failed_pairs"]) == (0, 1, {})
+    assert retried["actionable_errors"] == scored.scores.actionable_errors
+    broke = summarize([scored, failed]).to_dict()
+    assert (broke["n_failed"], broke["n_scored"], broke["actionable_errors"]) == (1, 0, 0)
+    assert broke["failed_pairs"] == {"same": "judge timed out"}
+
+
 def test_null_ratios_stay_null_in_the_corpus():
     from radmatch.recompute import score_record
 

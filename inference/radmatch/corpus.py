@@ -77,7 +77,7 @@ class CorpusSummary:
     """Folds records one at a time; `to_dict()` gives the corpus view."""
 
     def __init__(self) -> None:
-        self._totals = [0] * len(FIELDS)
+        # every pair's contribution, summed when asked: a repeated pair_id just replaces its own
         self._by_pair: dict[str, tuple[int, ...]] = {}
         self._failed: dict[str, str] = {}
         self.warnings: list[str] = []
@@ -85,26 +85,31 @@ class CorpusSummary:
 
     def add(self, record: Record) -> None:
         contribution = tally(record)
-        previous = self._by_pair.get(record.pair_id)
-        if previous is not None:
+        pair_id = record.pair_id
+        if pair_id in self._by_pair:
             self._duplicates += 1
-            self._totals = [t - p for t, p in zip(self._totals, previous)]
-            self._failed.pop(record.pair_id, None)
-        self._by_pair[record.pair_id] = contribution
-        self._totals = [t + c for t, c in zip(self._totals, contribution)]
+            self._failed.pop(pair_id, None)
+        self._by_pair[pair_id] = contribution
         if contribution[SLOT[("failed",)]]:
-            self._failed[record.pair_id] = record.error or "not scored"
+            self._failed[pair_id] = record.error or "not scored"
 
     def extend(self, records: Iterable[Record]) -> "CorpusSummary":
         for record in records:
             self.add(record)
         return self
 
-    def _get(self, *path: str) -> int:
-        return self._totals[SLOT[path]]
+    def totals(self) -> dict[tuple[str, ...], int]:
+        """Each slot of FIELDS summed over the pairs (the last record of each pair)."""
+        sums = [sum(column) for column in zip(*self._by_pair.values())] or [0] * len(FIELDS)
+        return dict(zip(FIELDS, sums))
 
     def to_dict(self) -> dict[str, Any]:
-        n_scored = self._get("scored")
+        totals = self.totals()
+
+        def get(*path: str) -> int:
+            return totals[path]
+
+        n_scored = get("scored")
         warnings = list(self.warnings)
         if self._duplicates:
             warnings.append(
@@ -115,7 +120,7 @@ class CorpusSummary:
         for tier in SAFETY_TIERS:
             entry: dict[str, Any] = {}
             for name in ("precision", "recall"):
-                num, den = self._get("safety", tier, f"{name}_num"), self._get("safety", tier, f"{name}_den")
+                num, den = get("safety", tier, f"{name}_num"), get("safety", tier, f"{name}_den")
                 entry[name] = ratio(num, den)
                 entry[f"{name}_ci"] = wilson_interval(num, den)
                 entry[f"{name}_num"] = num
@@ -123,30 +128,30 @@ class CorpusSummary:
             safety[tier] = entry
         attribution = {}
         for side in ("reference", "candidate"):
-            findings = self._get("attribution", side, "findings")
-            attributed = self._get("attribution", side, "attributed")
+            findings = get("attribution", side, "findings")
+            attributed = get("attribution", side, "attributed")
             attribution[side] = {
                 "findings": findings,
                 "attributed": attributed,
                 "rate": ratio(attributed, findings),
                 "rate_ci": wilson_interval(attributed, findings),
             }
-        actionable = self._get("actionable_errors")
+        actionable = get("actionable_errors")
         return {
             "n_pairs": len(self._by_pair),
             "n_scored": n_scored,
-            "n_failed": self._get("failed"),
+            "n_failed": get("failed"),
             "mean_actionable_errors": ratio(actionable, n_scored),
             "actionable_errors": actionable,
-            "outcomes": {k: self._get("outcomes", k) for k in (*OUTCOME_KEYS, "generic")},
+            "outcomes": {k: get("outcomes", k) for k in (*OUTCOME_KEYS, "generic")},
             "safety": safety,
             "attribution": attribution,
             "attributes": {
-                dim: {level: self._get("attributes", dim, level) for level in SEVERITY_LEVELS}
+                dim: {level: get("attributes", dim, level) for level in SEVERITY_LEVELS}
                 for dim in DIMENSIONS
             },
             "subsets": {
-                name: {k: self._get("subsets", name, k) for k in SUBSET_KEYS} for name in SUBSETS
+                name: {k: get("subsets", name, k) for k in SUBSET_KEYS} for name in SUBSETS
             },
             "failed_pairs": dict(sorted(self._failed.items())),
             "warnings": warnings,
