@@ -203,7 +203,9 @@ def measure(profile: str, pairs: int, seed: int, repeats: int = 3) -> dict:
                 fh.write(record.to_json() + "\n")
         size_mb = os.path.getsize(path) / 1e6
 
-        runs = [(_recompute(path, out_path), _json_round_trip(path, out_path)) for _ in range(repeats)]
+        runs = [
+            (_recompute(path, out_path), _json_round_trip(path, out_path)) for _ in range(repeats)
+        ]
         phases = _phases(path)
     return {"profile": profile, "pairs": pairs, "size_mb": size_mb, "runs": runs,
             "actionable_per_pair": actionable / pairs, "phases": phases}

@@ -167,10 +167,15 @@ def test_corpus_tally_puts_each_count_in_the_slot_its_field_names(rec):
 # Each shortcut of the scoring core must give what the general rule gives.
 
 
+TWO_VALUES = st.lists(
+    st.sampled_from([0, 0.5, 2, 2.4, 4.4, 5, 10, 12, 20, 26, -15]), min_size=2, max_size=2
+)
+
+
 @COMMON
 @given(
-    st.lists(st.sampled_from([0, 0.5, 2, 2.4, 4.4, 5, 10, 12, 20, 26, -15]), min_size=2, max_size=2),
-    st.lists(st.sampled_from([0, 0.5, 2, 2.4, 4.4, 5, 10, 12, 20, 26, -15]), min_size=2, max_size=2),
+    TWO_VALUES,
+    TWO_VALUES,
     st.sampled_from([("size", "mm"), ("ratio", None), ("count", None), ("attenuation", "hu")]),
 )
 def test_two_by_two_pairing_is_the_general_solvers(ref, cand, family):

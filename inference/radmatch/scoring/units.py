@@ -43,13 +43,12 @@ def build_units(
         matched.append(Unit("matched", gt_ids, pred_ids, rows, None, tier, False, []))
     matched.sort(key=lambda unit: id_key(unit.gt_ids[0]))
 
-    mis = list(repaired.unmatched_gt)  # (sorted by repair)
-    spu = list(repaired.unmatched_pred)
+    mis, spu = repaired.unmatched_gt, repaired.unmatched_pred  # (sorted by repair)
     generic: list[Unit] = []
     if len(strong) < len(repaired.rows):
-        _generic_units(repaired.rows, strong, gt, pred, mis, spu, generic)
-        mis.sort(key=id_key)
-        spu.sort(key=id_key)
+        generic, abnormal_gt, abnormal_pred = _generic_cover(repaired.rows, strong, gt, pred)
+        mis = sorted(mis + abnormal_gt, key=id_key)
+        spu = sorted(spu + abnormal_pred, key=id_key)
     return [
         *matched,
         *[Unit("mis", [i], [], [], "MIS", gt[i].clinical_significance, False, []) for i in mis],
@@ -58,33 +57,32 @@ def build_units(
     ]
 
 
-def _generic_units(
-    rows: list[UnitRow],
-    strong: list[UnitRow],
-    gt: dict[str, Finding],
-    pred: dict[str, Finding],
-    mis: list[str],
-    spu: list[str],
-    generic: list[Unit],
-) -> None:
-    """Findings covered only by generic rows: a generic unit when normal, else MIS/SPU."""
-    # a generic-covered finding is excused only when normal (section 3, ours)
+def _generic_cover(
+    rows: list[UnitRow], strong: list[UnitRow], gt: dict[str, Finding], pred: dict[str, Finding]
+) -> tuple[list[Unit], list[str], list[str]]:
+    """Findings covered by generic rows alone: generic units for the normal ones, and the
+    abnormal reference and candidate ids, which are MIS and SPU (section 3, ours)."""
     generic_gt = {r.gt_id for r in rows if r.match_scope == "generic"} - {r.gt_id for r in strong}
-    generic_pred = {r.pred_id for r in rows if r.match_scope == "generic"} - {
-        r.pred_id for r in strong
-    }
+    generic_pred = {r.pred_id for r in rows if r.match_scope == "generic"}
+    generic_pred -= {r.pred_id for r in strong}
+    units: list[Unit] = []
+    abnormal_gt: list[str] = []
+    abnormal_pred: list[str] = []
     for gt_id in sorted(generic_gt, key=id_key):
         finding = gt[gt_id]
         if finding.clinical_status == "normal":
-            generic.append(Unit("generic", [gt_id], [], [], None, finding.clinical_significance, False, []))
+            tier = finding.clinical_significance
+            units.append(Unit("generic", [gt_id], [], [], None, tier, False, []))
         else:
-            mis.append(gt_id)
+            abnormal_gt.append(gt_id)
     for pred_id in sorted(generic_pred, key=id_key):
         finding = pred[pred_id]
         if finding.clinical_status == "normal":
-            generic.append(Unit("generic", [], [pred_id], [], None, finding.clinical_significance, False, []))
+            tier = finding.clinical_significance
+            units.append(Unit("generic", [], [pred_id], [], None, tier, False, []))
         else:
-            spu.append(pred_id)
+            abnormal_pred.append(pred_id)
+    return units, abnormal_gt, abnormal_pred
 
 
 def _components(rows: list[UnitRow]) -> list[list[UnitRow]]:
