@@ -37,3 +37,15 @@ def test_stress_profile_is_a_worst_case_for_scoring():
     missed, false, wrong = _rates(stress_record)
     assert missed < 0.3 and false < 0.3  # most findings matched...
     assert wrong > 0.8  # ...and nearly every matched unit wrong
+
+
+def test_benchmark_reports_the_median_run_beside_a_json_round_trip():
+    from scripts.bench_scoring import measure, rate, report
+
+    result = measure("realistic", pairs=40, seed=0, repeats=3)
+    assert len(result["runs"]) == 3 and all(a > 0 and b > 0 for a, b in result["runs"])
+    times = sorted(took for took, _ in result["runs"])
+    assert rate(result) == pytest.approx(40 / times[1])  # the median run, not the best
+    text = report(result)
+    assert "median of 3 runs" in text and "stdlib JSON round trip" in text
+    assert set(result["phases"]) == {"parse", "score", "serialise", "summary"}
