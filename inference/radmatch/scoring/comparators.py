@@ -258,13 +258,7 @@ def _family_errors(
     if len(cand) > 1:
         cand.sort(key=_value_key)
     category = family[0]
-    if not ref or not cand:  # nothing to pair: every value is omitted or added
-        for pooled in ref:
-            errors.append(_unpaired(category, pooled, "major", "omitted"))
-        for pooled in cand:
-            errors.append(_unpaired(category, pooled, "minor", "added"))
-        return
-    pairs = _assign([v for v, _ in ref], [v for v, _ in cand], family)
+    pairs = _assign([v for v, _ in ref], [v for v, _ in cand], family) if ref and cand else []
     for i, j in pairs:
         a, b = ref[i][0], cand[j][0]
         if round(abs(a - b), ROUND) != 0:
@@ -272,20 +266,15 @@ def _family_errors(
             reasoning = f"{category} {_fmt(ref[i])} -> {_fmt(cand[j])}"
             errors.append(UnitError("measurement", severity, "deterministic", None, None, reasoning))
     # a reference value left without a partner is omitted (major); a candidate one, added (minor)
-    if len(ref) > len(pairs):
-        paired_ref = {i for i, _ in pairs}
-        errors.extend(
-            _unpaired(category, pooled, "major", "omitted")
-            for i, pooled in enumerate(ref)
-            if i not in paired_ref
-        )
-    if len(cand) > len(pairs):
-        paired_cand = {j for _, j in pairs}
-        errors.extend(
-            _unpaired(category, pooled, "minor", "added")
-            for j, pooled in enumerate(cand)
-            if j not in paired_cand
-        )
+    leftovers = ((ref, "major", "omitted"), (cand, "minor", "added"))
+    for side, (values, severity, what) in enumerate(leftovers):
+        if len(values) > len(pairs):
+            paired = {pair[side] for pair in pairs}
+            errors.extend(
+                _unpaired(category, pooled, severity, what)
+                for k, pooled in enumerate(values)
+                if k not in paired
+            )
 
 
 def _unpaired(category: str, pooled: Pooled, severity: str, what: str) -> UnitError:
