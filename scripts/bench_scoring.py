@@ -219,6 +219,7 @@ def _recompute(path: str, out_path: str) -> float:
         out_path, "w", encoding="utf-8", buffering=WRITE_BUFFER
     ) as dst:
         bad = recompute_lines(src, dst.write, summary)
+    summary.to_dict()  # the corpus view it prints at the end
     took = time.process_time() - start
     assert not bad, bad[:1]
     return took
