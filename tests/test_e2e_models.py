@@ -21,14 +21,11 @@ from radmatch.prompting import build_messages
 
 pytestmark = pytest.mark.slow
 
-RADPREF = Path(__file__).resolve().parents[2] / "shared" / "data" / "radpref"
+RADPREF = Path(__file__).resolve().parent / "data" / "radpref"  # shipped: see its README.md
 
 
 def radpref_rows():
-    path = RADPREF / "crimson_sample_data.csv"
-    if not path.exists():
-        pytest.skip(f"{path} is not present")
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(RADPREF / "crimson_sample_data.csv", newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
 
