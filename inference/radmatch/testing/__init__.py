@@ -1,0 +1,1 @@
+"""Test and benchmark helpers shipped with radmatch: a fake OpenAI-compatible judge server."""

@@ -1,0 +1,334 @@
+"""A fake OpenAI-compatible judge server on loopback, for tests and benchmarks.
+
+POST /v1/chat/completions gets a schema-valid toy answer (radmatch.testing.toy_judge);
+GET /v1/models, /health, /metrics (vLLM's prefix-cache counters) and /fake/requests
+(the request log, for a benchmark running the server in another process). HTTP/1.1
+keep-alive like vLLM. Every request is recorded in `.requests`. Misbehaviour:
+
+* faults, from the explicit `faults` list first, then by content, then at random:
+  "500" "503" "401" "400"; "429" or "429:N" (Retry-After: N, else `retry_after`);
+  "garbage" (content not JSON); "short" (a grade answer one row short); "invalid" (JSON
+  missing a required key); "truncated" (Content-Length of the whole body, half sent,
+  socket closed); "truncated_json" (well framed, cut JSON); "reset" (RST, no response);
+  "hang" or "hang:S" (answers after `hang_s` or S s); "sleep:S" (S s more); "ok".
+* `always_fail_rate`: a request whose messages hash falls in that fraction gets a 500 on
+  every attempt. `fault_rate` with `seed`: each attempt draws from `fault_kinds` by a
+  hash of (seed, messages, attempt number), so the draw ignores thread order.
+* `latency_s` (seconds, or a dict by stage title with "default") and `capacity` (at
+  most N requests in service at once, like a GPU batch; the rest wait, `waited_s`).
+
+    python -m radmatch.testing.fake_server --port 0 --latency 0.2 --capacity 64
+
+prints its base URL on the first stdout line and serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import socket
+import struct
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator, Optional, Union
+
+from radmatch.testing.toy_judge import PrefixCache, break_answer, completion, schema_of, toy_answer
+
+ERROR_STATUSES = ("500", "503", "429", "401", "400")
+RANDOM_FAULTS = ("500", "503", "429", "reset", "truncated", "truncated_json", "invalid", "garbage")
+Latency = Union[float, dict[str, float]]
+
+
+def messages_digest(body: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a chat body's messages."""
+    canonical = json.dumps(body.get("messages"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _fraction(text: str) -> float:
+    """A number in [0, 1) that depends only on `text`."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:16], 16) / 2**64
+
+
+class FaultChooser:
+    """Which fault a chat request gets: the explicit list, then always-fail, then the rate."""
+
+    def __init__(self, faults: list[str], fault_rate: float, seed: int,
+                 kinds: tuple[str, ...], always_fail_rate: float) -> None:
+        self.faults, self.fault_rate, self.seed = list(faults), fault_rate, seed
+        self.kinds, self.always_fail_rate = tuple(kinds), always_fail_rate
+        self._attempts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def choose(self, digest: str) -> str:
+        with self._lock:
+            if self.faults:
+                return self.faults.pop(0)
+            attempt = self._attempts.get(digest, 0)
+            self._attempts[digest] = attempt + 1
+        if int(digest[:16], 16) / 2**64 < self.always_fail_rate:  # the content's own hash
+            return "always_fail"
+        draw = f"{self.seed}:{digest}:{attempt}"
+        if self.kinds and _fraction(draw) < self.fault_rate:
+            return self.kinds[int(_fraction(draw + ":kind") * len(self.kinds))]
+        return "ok"
+
+
+class LatencyGate:
+    """At most `capacity` requests in service at once; each is served in its stage's latency."""
+
+    def __init__(self, latency_s: Latency, capacity: Optional[int]) -> None:
+        self.latency_s = latency_s
+        self._slots = threading.BoundedSemaphore(capacity) if capacity else None
+
+    def delay(self, title: str) -> float:
+        if isinstance(self.latency_s, dict):
+            return float(self.latency_s.get(title, self.latency_s.get("default", 0.0)))
+        return float(self.latency_s or 0.0)
+
+    @contextmanager
+    def slot(self) -> Iterator[float]:
+        """Hold a slot while serving; yields the seconds spent waiting for it."""
+        if not self._slots:
+            yield 0.0
+            return
+        queued = time.perf_counter()
+        with self._slots:
+            yield time.perf_counter() - queued
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # a burst of pooled connections must not overflow the backlog
+    fake: "StubServer"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up (timeout, reset) is part of the tests
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as vLLM; every reply has a Content-Length
+    server: _Server
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: Any, *, headers: Optional[dict[str, str]] = None,
+              content_type: str = "application/json", cut: bool = False) -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2] if cut else data)
+        if cut:  # the promised length never arrives: the client sees the socket close
+            self.close_connection = True
+
+    def _log(self, body: Any, arrived: float) -> dict[str, Any]:
+        return self.server.fake._record({
+            "path": self.path, "body": body, "authorization": self.headers.get("Authorization"),
+            "arrived": arrived, "client_port": self.client_address[1], "fault": None})
+
+    def do_GET(self) -> None:
+        fake, path = self.server.fake, self.path.split("?")[0].rstrip("/")
+        self._log(None, time.time())["finished"] = time.time()
+        if path.endswith("/health"):
+            self._send(200, b"")
+        elif path.endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": fake.model, "object": "model"}]})
+        elif path.endswith("/metrics"):
+            self._send(200, fake.metrics_text().encode(), content_type="text/plain; version=0.0.4")
+        elif path.endswith("/fake/requests"):
+            self._send(200, fake.requests)
+        else:
+            self._send(404, {"error": {"message": f"no route {path}"}})
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        arrived = time.time()
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        entry = self._log(body, arrived)
+        info: dict[str, Any] = {}
+        try:
+            info["status"] = self._chat(fake, entry, info, body)
+        finally:
+            fake._update(entry, finished=time.time(), **info)
+
+    def _chat(self, fake: "StubServer", entry: dict[str, Any], info: dict[str, Any],
+              body: Any) -> Optional[int]:
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": "not found"}})
+            return 404
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            self._send(400, {"error": {"message": "the body must be JSON with messages"}})
+            return 400
+        fault = fake.chooser.choose(messages_digest(body))
+        fake._update(entry, fault=fault)
+        if fake.api_key and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
+            self._send(401, {"error": {"message": "invalid api key", "type": "unauthorized"}})
+            return 401
+        kind, _, arg = fault.partition(":")
+        if kind == "always_fail":
+            self._send(500, {"error": {"message": "injected 500 (this request always fails)"}})
+            return 500
+        if kind in ERROR_STATUSES:
+            wait = arg or (fake.retry_after if kind == "429" else None)
+            headers = {"Retry-After": f"{float(wait):g}"} if wait is not None else None
+            self._send(int(kind), {"error": {"message": f"injected {kind}"}}, headers=headers)
+            return int(kind)
+        if kind == "reset":  # SO_LINGER 0: close() sends RST instead of FIN
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return None
+        if kind in ("sleep", "hang"):
+            fake._closing.wait(float(arg) if arg else fake.hang_s)
+        try:
+            schema = schema_of(body)
+            info["stage"] = title = schema.get("title", "")
+            user = json.loads(body["messages"][-1]["content"])
+        except (KeyError, TypeError, ValueError) as exc:
+            message = f"the toy judge cannot read this request: {exc}"
+            self._send(400, {"error": {"message": message}})
+            return 400
+        with fake.gate.slot() as waited:
+            info["waited_s"] = round(waited, 6)
+            time.sleep(fake.gate.delay(title))
+            answer = toy_answer(title, user, schema)
+        if kind == "short" and "errors_per_match" in answer:
+            answer["errors_per_match"] = answer["errors_per_match"][:-1]
+        if kind == "invalid":
+            answer = break_answer(answer, schema)
+        content = "{not json" if kind == "garbage" else json.dumps(answer)
+        cached = fake.prefix_cache.observe(body["messages"])
+        payload = json.dumps(completion(body, content, fake.model, cached)).encode()
+        if kind == "truncated_json":
+            payload = payload[: len(payload) // 2]
+        self._send(200, payload, cut=kind == "truncated")
+        return 200
+
+
+class StubServer:
+    """`with StubServer() as server:` then point a client at `server.base_url`."""
+
+    def __init__(self, *, api_key: Optional[str] = None, faults: Optional[list[str]] = None,
+                 model: str = "stub-judge", fault_rate: float = 0.0, seed: int = 0,
+                 fault_kinds: tuple[str, ...] = RANDOM_FAULTS, always_fail_rate: float = 0.0,
+                 retry_after: Optional[float] = 1.0, hang_s: float = 60.0,
+                 latency_s: Latency = 0.0, capacity: Optional[int] = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.api_key, self.model = api_key, model
+        self.retry_after, self.hang_s = retry_after, hang_s
+        self.chooser = FaultChooser(
+            list(faults or []), fault_rate, seed, fault_kinds, always_fail_rate)
+        self.gate = LatencyGate(latency_s, capacity)
+        self.prefix_cache = PrefixCache()
+        self._log: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._server = _Server((host, port), _Handler)
+        self._server.fake = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True)  # quick shutdown
+
+    @property
+    def faults(self) -> list[str]:
+        return self.chooser.faults
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request so far: path, body, authorization, arrived, finished, fault, status,
+        stage, waited_s (a snapshot; times are time.time())."""
+        with self._lock:
+            return [dict(entry) for entry in self._log]
+
+    def _record(self, entry: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._log.append(entry)
+        return entry
+
+    def _update(self, entry: dict[str, Any], **fields: Any) -> None:
+        with self._lock:
+            entry.update(fields)
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        chat = [r for r in self.requests if r["path"].rstrip("/").endswith("/chat/completions")]
+        return [r["body"] for r in chat]
+
+    def metrics_text(self) -> str:
+        label = f'{{model_name="{self.model}"}}'
+        lines = []
+        for name, kind, value in (
+            ("vllm:prefix_cache_queries_total", "counter", self.prefix_cache.queries),
+            ("vllm:prefix_cache_hits_total", "counter", self.prefix_cache.hits),
+        ):
+            lines += [f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+        return "\n".join(lines) + "\n"
+
+    def __enter__(self) -> "StubServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _latency(text: str) -> Latency:
+    """"0.2" or "ExtractionAnswer=0.3,default=0.1"."""
+    if "=" not in text:
+        return float(text)
+    return {k.strip(): float(v) for k, v in (part.split("=", 1) for part in text.split(","))}
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description="A fake OpenAI-compatible judge server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--model", default="stub-judge")
+    parser.add_argument("--latency", type=_latency, default=0.0,
+                        help='"0.2" or by stage "ExtractionAnswer=0.3,default=0.1"')
+    parser.add_argument("--capacity", type=int, default=None)
+    parser.add_argument("--faults", default="", help="faults of the first requests: 500,reset,...")
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--fault-kinds", default=",".join(RANDOM_FAULTS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--always-fail-rate", type=float, default=0.0)
+    parser.add_argument("--retry-after", type=float, default=1.0)
+    parser.add_argument("--hang-s", type=float, default=60.0)
+    parser.add_argument("--api-key", default=None)
+    args = parser.parse_args(argv)
+    server = StubServer(
+        api_key=args.api_key, faults=[f for f in args.faults.split(",") if f], model=args.model,
+        fault_rate=args.fault_rate, seed=args.seed, always_fail_rate=args.always_fail_rate,
+        fault_kinds=tuple(k for k in args.fault_kinds.split(",") if k),
+        retry_after=args.retry_after, hang_s=args.hang_s, latency_s=args.latency,
+        capacity=args.capacity, host=args.host, port=args.port,
+    )
+    print(server.base_url, flush=True)
+    try:
+        server._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._closing.set()
+        server._server.server_close()
+
+
+if __name__ == "__main__":
+    main()
