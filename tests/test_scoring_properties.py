@@ -215,3 +215,19 @@ def test_evidence_search_follows_the_normalised_rule(pieces, evidence):
     quotes = [normalise_text(q) for q in evidence if normalise_text(q)]
     expected = bool(quotes) and all(q in haystack for q in quotes)  # SCORING.md 5, literally
     assert _QuoteFinder(report).attributes(evidence) is expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(TEXT, max_size=4))
+def test_positions_map_the_normalised_text_back_to_the_report(pieces):
+    import unicodedata
+
+    from radmatch.scoring.score import normalise_text, normalise_with_positions
+
+    report = "".join(pieces)
+    norm, index = normalise_with_positions(report)
+    assert norm.strip(" ") == normalise_text(report)  # one rule, ends of whitespace aside
+    source = unicodedata.normalize("NFC", report)
+    assert len(index) == len(norm) and list(index) == sorted(index)
+    for char, i in zip(norm, index):
+        assert source[i].isspace() if char == " " else char in source[i].casefold()

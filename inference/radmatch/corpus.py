@@ -12,10 +12,17 @@ import math
 from typing import Any, Iterable, Optional
 
 from radmatch.records import Record
-from radmatch.scoring.results import DIMENSIONS, OUTCOME_KEYS, SAFETY_TIERS, SUBSETS, ratio
+from radmatch.scoring.results import (
+    DIMENSIONS,
+    OUTCOME_COUNT_KEYS,
+    OUTCOME_KEYS,
+    SAFETY_TIERS,
+    SEVERITY_LEVELS,
+    SUBSETS,
+    ratio,
+)
 
 Z_95 = 1.959964
-SEVERITY_LEVELS = ("none", "minor", "major")
 SUBSET_KEYS = (*OUTCOME_KEYS, "actionable_errors")
 
 # One flat integer vector per pair; FIELDS names its slots.
@@ -23,7 +30,7 @@ FIELDS: tuple[tuple[str, ...], ...] = (
     ("scored",),
     ("failed",),
     ("actionable_errors",),
-    *(("outcomes", k) for k in (*OUTCOME_KEYS, "generic")),
+    *(("outcomes", k) for k in OUTCOME_COUNT_KEYS),
     *(
         ("safety", tier, k)
         for tier in SAFETY_TIERS
@@ -62,7 +69,7 @@ def tally(record: Record) -> tuple[int, ...]:
         1,  # scored
         0,  # failed
         s.actionable_errors,
-        *[outcomes.get(key, 0) for key in (*OUTCOME_KEYS, "generic")],
+        *[outcomes.get(key, 0) for key in OUTCOME_COUNT_KEYS],
         *[getattr(safety[tier], key) for tier in SAFETY_TIERS for key in _RATIO_KEYS],
         attribution.reference.findings,
         attribution.reference.attributed,
@@ -76,9 +83,14 @@ def tally(record: Record) -> tuple[int, ...]:
 class CorpusSummary:
     """Folds records one at a time; `to_dict()` gives the corpus view."""
 
-    def __init__(self) -> None:
-        # every pair's contribution, summed when asked: a repeated pair_id just replaces its own
+    def __init__(self, *, streaming: bool = False) -> None:
+        """`streaming=True` folds each record into running sums and keeps only pair ids,
+        for a run whose pair_ids are known to be unique (memory stays flat); by default
+        every pair's contribution is kept, so that a repeated pair_id replaces its own.
+        """
         self._by_pair: dict[str, tuple[int, ...]] = {}
+        self._folded = [0] * len(FIELDS) if streaming else None
+        self._seen: set[str] = set()
         self._failed: dict[str, str] = {}
         self.warnings: list[str] = []
         self._duplicates = 0
@@ -86,10 +98,14 @@ class CorpusSummary:
     def add(self, record: Record) -> None:
         contribution = tally(record)
         pair_id = record.pair_id
-        if pair_id in self._by_pair:
+        if pair_id in self._seen:
             self._duplicates += 1
             self._failed.pop(pair_id, None)
-        self._by_pair[pair_id] = contribution
+        self._seen.add(pair_id)
+        if self._folded is not None:
+            self._folded = [a + b for a, b in zip(self._folded, contribution)]
+        else:
+            self._by_pair[pair_id] = contribution
         if contribution[SLOT[("failed",)]]:
             self._failed[pair_id] = record.error or "not scored"
 
@@ -100,6 +116,8 @@ class CorpusSummary:
 
     def totals(self) -> dict[tuple[str, ...], int]:
         """Each slot of FIELDS summed over the pairs (the last record of each pair)."""
+        if self._folded is not None:
+            return dict(zip(FIELDS, self._folded))
         sums = [sum(column) for column in zip(*self._by_pair.values())] or [0] * len(FIELDS)
         return dict(zip(FIELDS, sums))
 
@@ -138,12 +156,12 @@ class CorpusSummary:
             }
         actionable = get("actionable_errors")
         return {
-            "n_pairs": len(self._by_pair),
+            "n_pairs": len(self._seen),
             "n_scored": n_scored,
             "n_failed": get("failed"),
             "mean_actionable_errors": ratio(actionable, n_scored),
             "actionable_errors": actionable,
-            "outcomes": {k: get("outcomes", k) for k in (*OUTCOME_KEYS, "generic")},
+            "outcomes": {k: get("outcomes", k) for k in OUTCOME_COUNT_KEYS},
             "safety": safety,
             "attribution": attribution,
             "attributes": {

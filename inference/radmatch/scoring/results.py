@@ -9,27 +9,50 @@ is as strict as before; inside the core they are trusted values.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
-from radmatch.schemas import MatchScope
+from radmatch.schemas import MatchScope, Significance
 
+# The result vocabularies, defined here once: corpus.py, the dashboard (which embeds
+# them in its page) and the benchmarks take them from this module.
 Outcome = Literal["COR", "PAR", "INC", "MIS", "SPU"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+OUTCOME_NAMES = {"COR": "correct", "PAR": "partial", "INC": "incorrect", "MIS": "missed",
+                 "SPU": "spurious", "generic": "generic (normal boilerplate)"}
+OUTCOME_KEYS: tuple[str, ...] = tuple(outcome.lower() for outcome in OUTCOMES)
+OUTCOME_COUNT_KEYS: tuple[str, ...] = (*OUTCOME_KEYS, "generic")  # Scores.outcomes
+ERROR_OUTCOMES: tuple[str, ...] = ("INC", "MIS", "SPU")
 UnitKind = Literal["matched", "mis", "spu", "generic"]
 Dimension = Literal[
     "status", "comparison", "measurement", "location", "severity", "morphology", "certainty"
 ]
-DIMENSIONS: tuple[str, ...] = (
-    "status",
-    "comparison",
-    "measurement",
-    "location",
-    "severity",
-    "morphology",
-    "certainty",
-)
-OUTCOME_KEYS: tuple[str, ...] = ("cor", "par", "inc", "mis", "spu")
+DIMENSIONS: tuple[str, ...] = get_args(Dimension)
+SEVERITY_LEVELS: tuple[str, ...] = ("none", "minor", "major")  # worst error in a dimension
 SUBSETS: tuple[str, ...] = ("normal", "abnormal", "comparison", "measurement")
-SAFETY_TIERS: tuple[str, ...] = ("triage", "actionable", "all")
+SIGNIFICANCE_TIERS: tuple[str, ...] = get_args(Significance)  # most urgent first
+# the safety tier sets, each a threshold on a finding's own significance tier
+SAFETY_TIER_SETS: dict[str, tuple[str, ...]] = {
+    "triage": ("critical", "urgent"),
+    "actionable": ("critical", "urgent", "notable"),
+    "all": SIGNIFICANCE_TIERS,
+}
+SAFETY_TIERS: tuple[str, ...] = tuple(SAFETY_TIER_SETS)
+ACTIONABLE_TIERS = SAFETY_TIER_SETS["actionable"]  # an error unit at these tiers is actionable
+
+
+def vocabularies() -> dict[str, Any]:
+    """Every vocabulary above as JSON-ready data (what the dashboard page embeds)."""
+    return {
+        "outcomes": list(OUTCOMES),
+        "outcome_names": dict(OUTCOME_NAMES),
+        "error_outcomes": list(ERROR_OUTCOMES),
+        "dimensions": list(DIMENSIONS),
+        "severity_levels": list(SEVERITY_LEVELS),
+        "subsets": list(SUBSETS),
+        "significance_tiers": list(SIGNIFICANCE_TIERS),
+        "safety_tiers": {name: list(tiers) for name, tiers in SAFETY_TIER_SETS.items()},
+        "actionable_tiers": list(ACTIONABLE_TIERS),
+    }
 
 
 @dataclass(slots=True)

@@ -6,15 +6,23 @@ judge, no clock. `score_record` applies it to a stored record (what recompute ru
 
 from __future__ import annotations
 
+import itertools
 import unicodedata
+from collections.abc import Iterable
 from typing import Optional
 
 from radmatch.schemas import Finding, GradingStage, MatchingAnswer, Measurement
 from radmatch.scoring.comparators import comparison_error, measurement_errors, status_error
 from radmatch.scoring.repair import repair_matching
 from radmatch.scoring.results import (
+    ACTIONABLE_TIERS,
     DIMENSIONS,
+    ERROR_OUTCOMES,
+    OUTCOME_COUNT_KEYS,
     OUTCOME_KEYS,
+    OUTCOMES,
+    SAFETY_TIER_SETS,
+    SEVERITY_LEVELS,
     SUBSETS,
     Attribution,
     SafetyRatio,
@@ -26,17 +34,13 @@ from radmatch.scoring.results import (
 )
 from radmatch.scoring.units import build_units
 
-TIER_SETS = {
-    "triage": frozenset({"critical", "urgent"}),
-    "actionable": frozenset({"critical", "urgent", "notable"}),
-    "all": frozenset({"critical", "urgent", "notable", "routine"}),
-}
-ERROR_OUTCOMES = frozenset({"INC", "MIS", "SPU"})
-ACTIONABLE_TIERS = TIER_SETS["actionable"]
-CREDITED_OUTCOMES = frozenset({"COR", "PAR"})
+TIER_SETS = {name: frozenset(tiers) for name, tiers in SAFETY_TIER_SETS.items()}
+ERRORS = frozenset(ERROR_OUTCOMES)
+ACTIONABLE = frozenset(ACTIONABLE_TIERS)
+CREDITED_OUTCOMES = frozenset(OUTCOMES) - ERRORS
 JUDGE_DIMENSIONS = frozenset({"location", "severity", "morphology", "certainty", "measurement"})
 SEVERITIES = frozenset({"major", "minor"})
-OUTCOME_KEY = {"COR": "cor", "PAR": "par", "INC": "inc", "MIS": "mis", "SPU": "spu", None: "generic"}
+OUTCOME_KEY = {**dict(zip(OUTCOMES, OUTCOME_KEYS)), None: "generic"}
 
 
 def score_pair(
@@ -62,7 +66,7 @@ def score_pair(
     for unit in units:
         if unit.kind == "matched":
             _compare_matched(unit, gt, pred, judge_errors)
-        if unit.outcome in ERROR_OUTCOMES and unit.tier in ACTIONABLE_TIERS:
+        if unit.outcome in ERRORS and unit.tier in ACTIONABLE:
             unit.actionable = True
             actionable_errors += 1
 
@@ -172,7 +176,7 @@ def _pooled_measurements(ids: list[str], findings: dict[str, Finding]) -> list[M
 
 
 def _outcome_counts(units: list[Unit]) -> dict[str, int]:
-    counts = dict.fromkeys((*OUTCOME_KEYS, "generic"), 0)
+    counts = dict.fromkeys(OUTCOME_COUNT_KEYS, 0)
     for unit in units:
         counts[OUTCOME_KEY[unit.outcome]] += 1
     return counts
@@ -224,6 +228,30 @@ def normalise_text(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+def normalise_with_positions(text: str) -> tuple[str, tuple[int, ...]]:
+    """`normalise_text` that remembers where each character came from.
+
+    Returns the normalised text, except that whitespace at either end is kept (as one
+    space), and for each of its characters the index in the NFC form of `text` it
+    came from: a quote found in the first maps back to a span of the report.
+    """
+    out: list[str] = []
+    index: list[int] = []
+    in_space = False
+    for i, ch in enumerate(unicodedata.normalize("NFC", text)):
+        if ch.isspace():
+            if not in_space:
+                out.append(" ")
+                index.append(i)
+            in_space = True
+            continue
+        in_space = False
+        for folded in ch.casefold():
+            out.append(folded)
+            index.append(i)
+    return "".join(out), tuple(index)
+
+
 def _attribution(findings: list[Finding], report: str) -> SideAttribution:
     attributes = _QuoteFinder(report).attributes
     attributed = 0
@@ -263,7 +291,7 @@ class _QuoteFinder:
 
 def _attribute_breakdown(units: list[Unit]) -> dict[str, dict[str, int]]:
     """Each matched unit counted once per dimension, by its worst error there."""
-    table = {dim: {"none": 0, "minor": 0, "major": 0} for dim in DIMENSIONS}
+    table = {dim: dict.fromkeys(SEVERITY_LEVELS, 0) for dim in DIMENSIONS}
     matched = 0
     for unit in units:
         if unit.kind != "matched":
@@ -285,24 +313,38 @@ def _subsets(
 ) -> dict[str, dict[str, int]]:
     table = {name: dict.fromkeys((*OUTCOME_KEYS, "actionable_errors"), 0) for name in SUBSETS}
     for unit in units:
-        if unit.outcome is None:  # generic units are left out of subsets
-            continue
-        abnormal = compared = measured = False
-        for findings, ids in ((gt, unit.gt_ids), (pred, unit.pred_ids)):
-            for finding_id in ids:
-                finding = findings[finding_id]
-                abnormal = abnormal or finding.clinical_status == "abnormal"
-                compared = compared or finding.comparison is not None
-                measured = measured or bool(finding.measurements)
-        membership = (
-            # status is normal or abnormal: these two partition the units
-            table["abnormal"] if abnormal else table["normal"],
-            table["comparison"] if compared else None,
-            table["measurement"] if measured else None,
+        members = itertools.chain(
+            map(gt.__getitem__, unit.gt_ids), map(pred.__getitem__, unit.pred_ids)
         )
-        outcome = OUTCOME_KEY[unit.outcome]
-        for counts in membership:
-            if counts is not None:
-                counts[outcome] += 1
-                counts["actionable_errors"] += unit.actionable
+        for name in unit_subsets(unit, members):
+            counts = table[name]
+            counts[OUTCOME_KEY[unit.outcome]] += 1
+            counts["actionable_errors"] += unit.actionable
     return table
+
+
+def unit_subsets(unit: Unit, findings: Iterable[Finding]) -> tuple[str, ...]:
+    """The SUBSETS a unit counts in, given its findings (both sides).
+
+    A generic unit is in none. Any other is normal or abnormal (abnormal when any of
+    its findings is: the two partition the units), and comparison or measurement as
+    well when any of its findings has one.
+    """
+    if unit.outcome is None:
+        return ()
+    abnormal = compared = measured = False
+    for finding in findings:
+        abnormal = abnormal or finding.clinical_status == "abnormal"
+        compared = compared or finding.comparison is not None
+        measured = measured or bool(finding.measurements)
+    return _MEMBERSHIP[abnormal, compared, measured]
+
+
+_MEMBERSHIP = {  # (abnormal, compared, measured) -> subsets, in SUBSETS order
+    (abnormal, compared, measured): (
+        ("abnormal" if abnormal else "normal",)
+        + ("comparison",) * compared
+        + ("measurement",) * measured
+    )
+    for abnormal, compared, measured in itertools.product((False, True), repeat=3)
+}
