@@ -20,7 +20,8 @@ import pytest
 
 from radmatch.corpus import summarize
 from radmatch.dashboard import add_dashboard_parser, build_dashboard, embed_json, locate_evidence
-from radmatch.dashboard.build import _asset, _sha256
+from radmatch.dashboard.build import SUBSET_BITS, _asset, _sha256, render_page
+from radmatch.scoring.results import vocabularies
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dashboard_fixtures as fx
@@ -120,6 +121,23 @@ def test_units_are_numbered_in_reading_order_and_carry_their_repairs(demo):
     assert units[-1]["outcome"] == "SPU" and units[-1]["pred_ids"] == ["p_5"]
 
 
+def test_page_embeds_the_scoring_cores_vocabularies(demo):
+    vocabulary = _data(demo["html"])["vocabulary"]
+    assert vocabulary == json.loads(json.dumps({**vocabularies(), "subset_bits": SUBSET_BITS}))
+
+
+def test_subset_flags_of_units_agree_with_the_records_subset_counts(demo):
+    records = {r.pair_id: r for r in demo["records"]}
+    for pair in _data(demo["html"])["pairs"]:
+        scores = records[pair["id"]].scores
+        if scores is None:
+            continue
+        for name, bit in SUBSET_BITS.items():
+            flagged = sum(1 for _, _, bits in pair["sig"] if bits & bit)
+            counted = sum(v for k, v in scores.subsets[name].items() if k != "actionable_errors")
+            assert flagged == counted, (pair["id"], name)
+
+
 def test_compare_gives_per_pair_differences(tmp_path):
     a = fx.synthetic_corpus(12, seed=1)
     b = fx.synthetic_corpus(12, seed=2)
@@ -197,6 +215,20 @@ def browser(tmp_path_factory):
     driver.quit()
 
 
+def wait_until(driver, script: str, *args, timeout: float = 10.0, what: str = "") -> None:
+    """Wait until `script` (run in the page with `args`) returns true."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=0.01).until(
+            lambda d: d.execute_script(script, *args)
+        )
+    except TimeoutException:
+        raise AssertionError(f"{what or script} not seen after {timeout} s: "
+                             f"{driver.get_log('browser')}") from None
+
+
 def open_page(driver, path: Path, timeout: float = 30.0) -> float:
     """Open the page from disk; drain earlier logs first; return seconds until ready."""
     driver.get("about:blank")
@@ -204,28 +236,25 @@ def open_page(driver, path: Path, timeout: float = 30.0) -> float:
     driver.get_log("browser")
     start = time.perf_counter()
     driver.get(path.resolve().as_uri())
-    while driver.execute_script("return document.documentElement.dataset.ready") != "1":
-        if time.perf_counter() - start > timeout:
-            raise AssertionError(f"page not ready after {timeout} s: {driver.get_log('browser')}")
-        time.sleep(0.02)
+    wait_until(driver, "return document.documentElement.dataset.ready === '1'",
+               timeout=timeout, what="page ready")
     return time.perf_counter() - start
 
 
 def wait_for_view(driver, view: str, pair_id: str = "", timeout: float = 10.0) -> None:
     """Wait until the router shows `view` (and that pair): it runs on hashchange, async."""
-    script = (
-        "return [document.documentElement.dataset.view,"
-        " document.getElementById('view-pair').dataset.pairId || '']"
+    wait_until(
+        driver,
+        "return document.documentElement.dataset.view === arguments[0] && (!arguments[1] ||"
+        " document.getElementById('view-pair').dataset.pairId === arguments[1])",
+        view, pair_id, timeout=timeout, what=f"view {view!r} {pair_id!r}",
     )
-    start = time.perf_counter()
-    while True:
-        shown_view, shown_pair = driver.execute_script(script)
-        if shown_view == view and (not pair_id or shown_pair == pair_id):
-            return
-        if time.perf_counter() - start > timeout:
-            raise AssertionError(f"expected view {view!r} {pair_id!r}, page shows "
-                                 f"{shown_view!r} {shown_pair!r}")
-        time.sleep(0.02)
+
+
+def wait_for_search(driver, text: str) -> None:
+    """Wait until the table shows the search for `text` (the search box is debounced)."""
+    wait_until(driver, "return document.getElementById('pairs-panel').dataset.search"
+               " === arguments[0]", text, what=f"search {text!r}")
 
 
 def requests_seen(driver) -> list[str]:
@@ -263,7 +292,7 @@ def set_filter(driver, element_id: str, value: str) -> None:
         value,
     )
     if element_id == "f-search":
-        time.sleep(0.3)  # the search box is debounced
+        wait_for_search(driver, value)
 
 
 def reset_filters(driver) -> None:
@@ -400,6 +429,47 @@ def test_filtering_and_sorting_change_the_table(browser, demo):
 
 @pytest.mark.browser
 @needs_browser
+def test_the_page_lists_what_the_embedded_vocabularies_list(browser, demo, tmp_path):
+    # every vocabulary reversed: a list kept by the page itself would keep its own order
+    data = _data(demo["html"])
+    vocabulary = data["vocabulary"]
+    for name in ("outcomes", "error_outcomes", "dimensions", "severity_levels", "subsets",
+                 "significance_tiers"):
+        vocabulary[name].reverse()
+    vocabulary["safety_tiers"] = dict(reversed(vocabulary["safety_tiers"].items()))
+    page = tmp_path / "reversed.html"
+    page.write_text(render_page(data, title="reversed"), encoding="utf-8")
+    open_page(browser, page)
+    shown = browser.execute_script(
+        "const texts = sel => [...document.querySelectorAll(sel)].map(e => e.textContent);"
+        "const values = id => [...document.getElementById(id).options].map(o => o.value);"
+        "return {dimensions: texts('table.heatmap tbody th'),"
+        " levels: texts('table.heatmap thead th').slice(1),"
+        " subsets: texts('table.subsets tbody th'), tiers: texts('table.safety tbody th'),"
+        " outcome_columns: texts('table.subsets thead th.num'),"
+        " outcome_choices: values('f-outcome'), tier_choices: values('f-tier'),"
+        " subset_choices: values('f-subset')}"
+    )
+    error_outcomes = vocabulary["error_outcomes"]
+    assert shown == {
+        "dimensions": vocabulary["dimensions"],
+        "levels": vocabulary["severity_levels"],
+        "subsets": vocabulary["subsets"],
+        "tiers": list(vocabulary["safety_tiers"]),
+        "outcome_columns": vocabulary["outcomes"],
+        "outcome_choices": [
+            "", *error_outcomes, *(o for o in vocabulary["outcomes"] if o not in error_outcomes),
+            "failed",
+        ],
+        "tier_choices": ["", *vocabulary["significance_tiers"]],
+        "subset_choices": ["", *(str(SUBSET_BITS[n]) for n in vocabulary["subsets"])],
+    }
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+@pytest.mark.browser
+@needs_browser
 def test_opening_a_pair_shows_its_units_and_highlights(browser, demo):
     open_page(browser, demo["out"])
     set_filter(browser, "f-search", "rexval-fig3-b")
@@ -455,17 +525,26 @@ def test_hostile_report_executes_nothing_and_nothing_leaves_the_page(browser, de
     assert table_ids(browser) == ["xss-<b>1</b>"]
     browser.find_element("css selector", "#pairs-body tr a").click()
     wait_for_view(browser, "pair", "xss-<b>1</b>")
-    time.sleep(0.3)  # time for any injected handler to run
-    state = browser.execute_script(
-        "return {pwned: window.__pwned === undefined ? null : window.__pwned, title: document.title,"
+    # Injected markup would run its handler on an image's load or error event: read the
+    # state once every image in the page has had that event and the tasks queued by it
+    # have run (the page itself sets no handler attribute, so none other can exist).
+    state = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "const settled = [...document.images].map(img => img.complete ? null :"
+        "  new Promise(r => { img.addEventListener('load', r); img.addEventListener('error', r); }));"
+        "Promise.all(settled).then(() => setTimeout(() => done({"
+        " pwned: window.__pwned === undefined ? null : window.__pwned, title: document.title,"
         " imgs: document.images.length, scripts: document.scripts.length,"
+        " handlers: [...document.querySelectorAll('*')]"
+        "   .filter(e => [...e.attributes].some(a => a.name.startsWith('on'))).length,"
         " bold: document.querySelectorAll('main b:not(.indication b):not(.error-box b)').length,"
         " h1: document.querySelector('#view-pair h1').textContent,"
         " ref: document.querySelector('[data-side=reference]').textContent,"
-        " ind: document.querySelector('.indication').textContent}"
+        " ind: document.querySelector('.indication').textContent}), 0));"
     )
     assert state["pwned"] is None and state["title"] == title and "pwned" not in title
     assert state["imgs"] == 0 and state["scripts"] == 2 and state["bold"] == 0
+    assert state["handlers"] == 0
     assert state["h1"] == "xss-<b>1</b>"
     assert fx.XSS_IMG in state["ref"] and fx.XSS_SCRIPT in state["ref"]
     assert fx.XSS_SCRIPT in state["ind"]
@@ -501,15 +580,9 @@ def test_five_thousand_pairs_open_and_filter_quickly(browser, tmp_path):
     browser.find_element("css selector", 'th[data-col="triage_recall"]').click()
     t_sort = time.perf_counter() - s
     s = time.perf_counter()
-    browser.execute_script(
-        "const e = document.getElementById('f-search'); e.value = 'pneumothorax';"
-        "e.dispatchEvent(new Event('input'));"
-    )
-    while browser.execute_script(
-        "return document.getElementById('pairs-panel').dataset.count"
-    ) == str(n_inc):
-        time.sleep(0.01)
+    set_filter(browser, "f-search", "pneumothorax")
     t_search = time.perf_counter() - s  # includes the 120 ms debounce and building the search index
+    assert shown_count(browser) < n_inc
     browser.find_element("id", "next").click()
     assert "page 2" in browser.find_element("id", "page-info").text
     timings = {

@@ -9,14 +9,16 @@
   var PAIRS = DATA.pairs;
   var CMP = DATA.compare;
   var PAGE_SIZE = 100;
-  var OUTCOMES = ["COR", "PAR", "INC", "MIS", "SPU"];
-  var OUTCOME_NAMES = { COR: "correct", PAR: "partial", INC: "incorrect", MIS: "missed",
-    SPU: "spurious", generic: "generic (normal boilerplate)" };
-  var DIMENSIONS = ["status", "comparison", "measurement", "location", "severity",
-    "morphology", "certainty"];
-  var SUBSETS = ["normal", "abnormal", "comparison", "measurement"];
-  var TIERS = ["triage", "actionable", "all"];
-  var TRIAGE = { critical: true, urgent: true };
+  // Every enum comes with the data, from the scoring core: the page keeps no list of its own.
+  var V = DATA.vocabulary;
+  var OUTCOMES = V.outcomes;
+  var OUTCOME_NAMES = V.outcome_names;
+  var DIMENSIONS = V.dimensions;
+  var SEVERITY_LEVELS = V.severity_levels;
+  var SUBSETS = V.subsets;
+  var TIERS = Object.keys(V.safety_tiers);
+  var TRIAGE = Object.create(null);
+  V.safety_tiers.triage.forEach(function (tier) { TRIAGE[tier] = true; });
   var TRI = "\u25B2";
 
   // ------------------------------------------------------------------ helpers
@@ -93,9 +95,10 @@
       card("Mean actionable errors", stat("mean_actionable_errors", S.mean_actionable_errors,
         num(S.mean_actionable_errors, 2)), "per scored pair", "key"),
       card("Actionable errors", stat("actionable_errors", S.actionable_errors,
-        num(S.actionable_errors)), "INC/MIS/SPU units at notable tier or above"),
+        num(S.actionable_errors)), V.error_outcomes.join("/") + " units at a " +
+        V.actionable_tiers.join("/") + " tier"),
       card("Triage recall", stat("safety.triage.recall", S.safety.triage.recall,
-        pct(S.safety.triage.recall)), "critical/urgent reference findings kept"));
+        pct(S.safety.triage.recall)), V.safety_tiers.triage.join("/") + " reference findings kept"));
     root.replaceChildren(cards);
 
     var grid = el("div", { class: "grid2" });
@@ -153,8 +156,8 @@
   }
 
   function safetyPanel() {
-    var p = panel("Safety: precision and recall",
-      "Pooled over findings, 95% Wilson intervals. triage = critical/urgent; actionable adds notable.");
+    var p = panel("Safety: precision and recall", "Pooled over findings, 95% Wilson intervals. " +
+      TIERS.map(function (tier) { return tier + " = " + V.safety_tiers[tier].join("/"); }).join("; ") + ".");
     var rows = TIERS.map(function (tier) {
       var s = S.safety[tier];
       var k = "safety." + tier + ".";
@@ -206,9 +209,9 @@
     var p = panel("Attribute errors",
       "Matched units by their worst error in each dimension; shading is the share of the row.");
     var rows = DIMENSIONS.map(function (dim) {
-      var d = S.attributes[dim] || { none: 0, minor: 0, major: 0 };
-      var total = (d.none + d.minor + d.major) || 1;
-      return el("tr", null, el("th", null, dim), ["none", "minor", "major"].map(function (sev) {
+      var d = S.attributes[dim];
+      var total = SEVERITY_LEVELS.reduce(function (t, sev) { return t + d[sev]; }, 0) || 1;
+      return el("tr", null, el("th", null, dim), SEVERITY_LEVELS.map(function (sev) {
         var share = d[sev] / total;
         var cell = el("td", { class: "heat h-" + sev, title: dim + " " + sev + ": " + pct(share) },
           stat("attributes." + dim + "." + sev, d[sev], num(d[sev])),
@@ -218,8 +221,8 @@
       }));
     });
     p.body.appendChild(el("table", { class: "heatmap" },
-      el("thead", null, el("tr", null, el("th", null, "dimension"), el("th", null, "none"),
-        el("th", null, "minor"), el("th", null, "major"))),
+      el("thead", null, el("tr", null, el("th", null, "dimension"),
+        SEVERITY_LEVELS.map(function (sev) { return el("th", null, sev); }))),
       el("tbody", null, rows)));
     return p.node;
   }
@@ -394,11 +397,24 @@
     info += " \u00B7 page " + (state.page + 1) + " / " + pages;
     $("page-info").textContent = info;
     $("pairs-panel").dataset.count = String(rows.length);
+    $("pairs-panel").dataset.search = state.search;  // the search shown (the box is debounced)
     $("prev").disabled = state.page === 0;
     $("next").disabled = state.page >= pages - 1;
   }
 
   function pairHref(id) { return "#/pair/" + encodeURIComponent(id); }
+
+  /* The filters' choices: outcomes (errors first), significance tiers, subsets by bit. */
+  function fillFilters() {
+    function option(value, label) { return el("option", { value: value }, label); }
+    var errorsFirst = V.error_outcomes.concat(OUTCOMES.filter(function (k) {
+      return V.error_outcomes.indexOf(k) === -1;
+    }));
+    append($("f-outcome"), errorsFirst.map(function (k) { return option(k, k + " (" + OUTCOME_NAMES[k] + ")"); }));
+    append($("f-outcome"), option("failed", "failed pairs"));
+    append($("f-tier"), V.significance_tiers.map(function (tier) { return option(tier, tier); }));
+    append($("f-subset"), SUBSETS.map(function (name) { return option(V.subset_bits[name], name); }));
+  }
 
   function wireControls() {
     $("f-outcome").addEventListener("change", function (e) { state.outcome = e.target.value; applyFilters(); });
@@ -521,7 +537,7 @@
   function unitsColumn(d, fById) {
         var legend = el("div", { class: "legend" }, OUTCOMES.concat(["generic"]).map(function (k) {
       return el("span", null, pill(k === "generic" ? null : k), " " + OUTCOME_NAMES[k].split(" ")[0]);
-    }), el("span", null, TRI + " triage tier (critical/urgent)"));
+    }), el("span", null, TRI + " triage tier (" + V.safety_tiers.triage.join("/") + ")"));
     var cards = d.units.map(function (u) {
       var errs = u.errors.length ? el("table", { class: "errors" },
         el("thead", null, el("tr", null, el("th", null, "dimension"), el("th", null, "severity"),
@@ -616,6 +632,7 @@
   renderCorpus();
   renderCompare();
   renderHead();
+  fillFilters();
   wireControls();
   applyFilters();
   window.addEventListener("hashchange", route);

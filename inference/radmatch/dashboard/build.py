@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from radmatch.records import BadLine, Record, iter_lines
-from radmatch.scoring.results import as_dict
+from radmatch.scoring.results import SUBSETS, as_dict, vocabularies
+from radmatch.scoring.score import normalise_text, normalise_with_positions, unit_subsets
 
 PathLike = str | Path
 
-# bit flags of a unit's subsets, in SUBSETS order (normal, abnormal, comparison, measurement)
-SUBSET_BITS = {"normal": 1, "abnormal": 2, "comparison": 4, "measurement": 8}
+# a unit's subsets as bit flags, in SUBSETS order: what the page's subset filter tests
+SUBSET_BITS = {name: 1 << i for i, name in enumerate(SUBSETS)}
 _ID_RE = re.compile(r"(?<![\w])((?:gt|p)_\d+)(?![\w])")
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 _JSON_ESCAPES = {
@@ -82,6 +83,8 @@ def build_dashboard(
         "pairs": pairs,
         "compare": compare,
         "bad_lines": bad,
+        # the page takes every enum from here, never from a list of its own
+        "vocabulary": {**vocabularies(), "subset_bits": SUBSET_BITS},
     }
     page = render_page(data, title=f"RadMatch audit: {Path(records_path).name}")
     out = Path(output_path)
@@ -214,14 +217,15 @@ def locate_evidence(
 ) -> list[tuple[int, int]]:
     """Character spans of `text` where each quote occurs.
 
-    Matching follows the attribution rule (SCORING.md section 5): NFC, collapsed
-    whitespace, case folding. A quote found more than once takes its first
-    occurrence not already `claimed` by another finding (then records it there).
+    Matching is the scoring core's attribution rule (`normalise_text`: NFC, collapsed
+    whitespace, case folding); spans index the NFC form of `text`. A quote found
+    more than once takes its first occurrence not already `claimed` by another
+    finding (then records it there).
     """
-    norm, index = _normalized_with_map(unicodedata.normalize("NFC", text))
+    norm, index = _normalised_with_positions(text)
     found = []
     for quote in quotes:
-        q = " ".join(unicodedata.normalize("NFC", quote).split()).casefold()
+        q = normalise_text(quote)
         if not q:
             continue
         first = None
@@ -253,24 +257,8 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(digest).decode("ascii")
 
 
-@lru_cache(maxsize=8)
-def _normalized_with_map(text: str) -> tuple[str, tuple[int, ...]]:
-    """Whitespace-collapsed, case-folded text and, per output char, its source index."""
-    out: list[str] = []
-    index: list[int] = []
-    in_space = False
-    for i, ch in enumerate(text):
-        if ch.isspace():
-            if not in_space:
-                out.append(" ")
-                index.append(i)
-            in_space = True
-            continue
-        in_space = False
-        for c in ch.casefold():
-            out.append(c)
-            index.append(i)
-    return "".join(out), tuple(index)
+# one report's normalised text serves the evidence of all its findings
+_normalised_with_positions = lru_cache(maxsize=8)(normalise_with_positions)
 
 
 def _read(path: PathLike) -> tuple[list[Record], list[str]]:
@@ -317,16 +305,8 @@ def _ordered_units(units: list[Any], gt: list[Any], pred: list[Any]) -> list[dic
     out = []
     for n, unit in enumerate(sorted(units, key=key), 1):
         members = [by_id[i] for i in unit.gt_ids + unit.pred_ids if i in by_id]
-        bits = 0
-        if unit.kind != "generic" and members:
-            if any(f.clinical_status == "abnormal" for f in members):
-                bits |= SUBSET_BITS["abnormal"]
-            else:
-                bits |= SUBSET_BITS["normal"]
-            if any(f.comparison is not None for f in members):
-                bits |= SUBSET_BITS["comparison"]
-            if any(f.measurements for f in members):
-                bits |= SUBSET_BITS["measurement"]
+        subsets = unit_subsets(unit, members) if members else ()
+        bits = sum(SUBSET_BITS[name] for name in subsets)
         item = as_dict(unit)
         item.update(index=n, subset_bits=bits)
         out.append(item)
