@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from openai_stub import StubServer
 from radmatch import Evaluator, JudgeConfig, PairInput
-from radmatch.decoding import SERVER_LIMITS
 from radmatch.judges.base import EndpointRefusedError
 from radmatch.judges.openai_compat import OpenAICompatibleJudge
+from radmatch.schemas import SERVER_LIMITS
+from radmatch.testing.fake_server import StubServer
 
 REFERENCE = (
     "INDICATION: Shortness of breath.\nFINDINGS: Small left pleural effusion. No pneumothorax. "
@@ -22,7 +22,8 @@ CANDIDATES = [
 ]
 
 
-def make_evaluator(server, tmp_path, *, retries=3, timeout_s=30.0, cache=True, api_key=None, backend="vllm"):
+def make_evaluator(server, tmp_path, *, retries=3, timeout_s=30.0, cache=True, api_key=None,
+                   backend="vllm", **options):
     judge = OpenAICompatibleJudge(
         base_url=server.base_url, model="stub-judge", api_key=api_key, backend=backend, timeout_s=timeout_s
     )
@@ -33,9 +34,14 @@ def make_evaluator(server, tmp_path, *, retries=3, timeout_s=30.0, cache=True, a
         limits=SERVER_LIMITS,
         max_tokens={"indication": 256, "extract": 2048, "match": 1024, "grade": 1024},
         retries=retries,
-        timeout_s=timeout_s,
         backoff_s=0.01,
+        **options,
     )
+
+
+def run_once(server, tmp_path, pairs_, **kwargs):
+    with make_evaluator(server, tmp_path, **kwargs) as evaluator:
+        return evaluator.evaluate(pairs_)
 
 
 def pairs(n=4):
@@ -48,7 +54,7 @@ def stage_of(body):
 
 def test_requests_carry_schema_temperature_budget_and_a_static_prefix(tmp_path):
     with StubServer() as server:
-        records = make_evaluator(server, tmp_path).evaluate(pairs())
+        records = run_once(server, tmp_path, pairs())
         bodies = server.chat_requests()
     assert all(r.error is None and r.scores is not None for r in records)
     stages = {}
@@ -70,87 +76,92 @@ def test_requests_carry_schema_temperature_budget_and_a_static_prefix(tmp_path):
 
 def test_shared_reference_is_extracted_once_and_a_rerun_sends_nothing(tmp_path):
     with StubServer() as server:
-        first = make_evaluator(server, tmp_path).evaluate(pairs())
+        first = run_once(server, tmp_path, pairs())
         cold = len(server.chat_requests())
-        second = make_evaluator(server, tmp_path).evaluate(pairs())
+        second = run_once(server, tmp_path, pairs())
         assert len(server.chat_requests()) == cold  # no request at all on the rerun
     extracts = [b for b in server.chat_requests() if stage_of(b) == "ExtractionAnswer"]
     assert len(extracts) == 1 + len(CANDIDATES)  # the shared reference once
     assert cold / len(CANDIDATES) <= 3.25 + 0.25  # + the shared indication call
     assert [r.scores for r in first] == [r.scores for r in second]
-    assert all(r.usage["cached"] and r.usage["judge_calls"] == 0 for r in second)
-    assert sum(r.usage["judge_calls"] for r in first) == cold
+    assert all(r.usage.cached and r.usage.judge_calls == 0 for r in second)
+    assert sum(r.usage.judge_calls for r in first) == cold
 
 
 def test_records_carry_timings_usage_prompt_versions_and_no_key(tmp_path, monkeypatch):
     monkeypatch.setenv("RADMATCH_API_KEY", "sk-very-secret-value")
     with StubServer(api_key="sk-very-secret-value") as server:
         config = JudgeConfig.from_env(base_url=server.base_url, model="stub-judge", cache_dir=str(tmp_path))
-        (record,) = Evaluator.from_config(config).evaluate(pairs(1))
-        assert server.requests[0]["authorization"] == "Bearer sk-very-secret-value"
+        with Evaluator.from_config(config) as evaluator:
+            (record,) = evaluator.evaluate(pairs(1))
+        assert {r["authorization"] for r in server.requests} == {"Bearer sk-very-secret-value"}
     assert record.error is None
-    assert set(record.timings_s) >= {"indication", "extract", "match", "grade", "total"}
-    assert record.usage["prompt_tokens"] > 0 and record.usage["completion_tokens"] > 0
-    assert record.judge["backend"] == "vllm" and record.judge["model"] == "stub-judge"
-    assert all(v.startswith("v1-") for v in record.judge["prompt_version"].values())
-    assert record.judge["exemplars_used"]["extract"] >= 1
+    timings = record.timings_s
+    assert min(timings.extract, timings.match, timings.grade) > 0 and timings.total >= timings.extract
+    assert record.usage.prompt_tokens > 0 and record.usage.completion_tokens > 0
+    assert record.judge.backend == "vllm" and record.judge.model == "stub-judge"
+    assert set(record.judge.prompt_version) == {"indication", "extract", "match", "grade"}
+    assert all(v.startswith("v1-") for v in record.judge.prompt_version.values())
+    assert record.judge.exemplars_used["extract"] >= 1
     assert "sk-very-secret-value" not in record.to_json()
     assert str(tmp_path) not in record.to_json()
 
 
 def test_transient_server_error_is_retried(tmp_path):
     with StubServer(faults=["500", "503"]) as server:
-        (record,) = make_evaluator(server, tmp_path, cache=False).evaluate(pairs(1))
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
     assert record.error is None and record.scores is not None
 
 
 def test_persistent_failure_marks_the_pair_failed_never_clean(tmp_path):
     with StubServer(faults=["500"] * 20) as server:
-        (record,) = make_evaluator(server, tmp_path, retries=2, cache=False).evaluate(pairs(1))
+        (record,) = run_once(server, tmp_path, pairs(1), retries=2, cache=False)
     assert record.scores is None
-    assert record.error.startswith("indication: gave up after 2 attempts")
+    assert record.failure.stage == "indication" and record.failure.attempts == 2
+    assert record.error.startswith("indication: HTTP 500 from the judge server")
+    assert "after 2 attempt(s)" in record.error
 
 
 def test_invalid_json_answer_is_retried_once_then_fails(tmp_path):
     with StubServer(faults=["garbage", "garbage"]) as server:
-        (record,) = make_evaluator(server, tmp_path, cache=False).evaluate(pairs(1))
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
     assert record.scores is None and "answer is not valid JSON" in record.error
     with StubServer(faults=["garbage"]) as server:
-        (record,) = make_evaluator(server, tmp_path, cache=False).evaluate(pairs(1))
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
     assert record.error is None
 
 
 def test_grading_answer_of_the_wrong_length_is_retried_once(tmp_path):
     # calls in order: indication, extract x2, match, grade
     with StubServer(faults=["ok", "ok", "ok", "ok", "short"]) as server:
-        (record,) = make_evaluator(server, tmp_path, cache=False, retries=1).evaluate(
-            [PairInput(reference=REFERENCE, candidate=CANDIDATES[0])]
-        )
+        (record,) = run_once(server, tmp_path, [PairInput(reference=REFERENCE, candidate=CANDIDATES[0])],
+                             cache=False, retries=1)
     assert record.error is None
     with StubServer(faults=["ok", "ok", "ok", "ok", "short", "short"]) as server:
-        (record,) = make_evaluator(server, tmp_path, cache=False, retries=1).evaluate(
-            [PairInput(reference=REFERENCE, candidate=CANDIDATES[0])]
-        )
+        (record,) = run_once(server, tmp_path, [PairInput(reference=REFERENCE, candidate=CANDIDATES[0])],
+                             cache=False, retries=1)
     assert record.scores is None
-    assert record.error.startswith("grade: the grade answer has 2 entries for 3 matched rows")
+    assert record.error.startswith("grade: the grade answer does not have one error list per matched row")
     assert record.stages.matching is not None  # the stages that finished are kept
 
 
-def test_per_call_timeout_fails_the_pair(tmp_path):
+def test_per_call_timeout_fails_the_pair_and_says_so(tmp_path):
     with StubServer(faults=["sleep:3"]) as server:
-        (record,) = make_evaluator(server, tmp_path, cache=False, retries=1, timeout_s=0.5).evaluate(pairs(1))
-    assert record.scores is None and "gave up after 1 attempts" in record.error
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False, retries=1, timeout_s=0.5)
+    assert record.scores is None
+    assert record.error.startswith("indication: no answer from the judge server within 0.5 s")
+    assert record.failure.attempts == 1 and record.failure.elapsed_s >= 0.5
 
 
 def test_wrong_api_key_fails_with_a_clear_message(tmp_path):
     with StubServer(api_key="right") as server:
-        (record,) = make_evaluator(server, tmp_path, api_key="wrong", cache=False).evaluate(pairs(1))
+        (record,) = run_once(server, tmp_path, pairs(1), api_key="wrong", cache=False)
     assert record.scores is None and "API key was refused" in record.error
 
 
 def test_hosted_backend_sends_response_format_json_schema(tmp_path):
     with StubServer() as server:
-        (record,) = make_evaluator(server, tmp_path, backend="hosted", cache=False).evaluate(pairs(1))
+        (record,) = run_once(server, tmp_path, pairs(1), backend="hosted", cache=False)
         body = server.chat_requests()[0]
     assert record.error is None
     assert body["response_format"]["type"] == "json_schema"
@@ -169,17 +180,165 @@ def test_report_text_is_refused_for_a_public_endpoint_without_opt_in():
 
 def test_empty_candidate_costs_no_extraction_and_scores_all_missed(tmp_path):
     with StubServer() as server:
-        (record,) = make_evaluator(server, tmp_path, cache=False).evaluate(
-            [PairInput(reference=REFERENCE, candidate="   ")]
-        )
+        (record,) = run_once(server, tmp_path, [PairInput(reference=REFERENCE, candidate="   ")], cache=False)
         titles = [stage_of(b) for b in server.chat_requests()]
     assert titles.count("ExtractionAnswer") == 1 and "MatchingAnswer" not in titles
     assert record.scores.outcomes["mis"] == len(record.stages.reference_findings)
     assert "matching: no judge call, one side has no findings" in record.flags
 
 
-def test_bad_pair_input_names_the_pair():
-    evaluator = Evaluator.__new__(Evaluator)  # no judge needed: input is checked first
-    evaluator.concurrency = 1
-    with pytest.raises(ValueError, match="pair x7: candidate must be a string"):
-        evaluator.evaluate([PairInput(reference="a", candidate=None, pair_id="x7")])
+def test_bad_pair_input_names_the_pair_before_any_call(tmp_path):
+    with StubServer() as server, make_evaluator(server, tmp_path) as evaluator:
+        good = PairInput(reference=REFERENCE, candidate=CANDIDATES[0], pair_id="x6")
+        with pytest.raises(ValueError, match="pair x7: candidate must be a string"):
+            evaluator.evaluate([good, PairInput(reference="a", candidate=None, pair_id="x7")])
+        with pytest.raises(ValueError, match="pair x6: pair_id occurs more than once"):
+            evaluator.evaluate([good, good])
+        assert server.chat_requests() == []
+
+
+def test_an_empty_reference_is_bad_input_and_an_empty_candidate_is_scored(tmp_path):
+    with StubServer() as server:
+        empty_ref, empty_cand = run_once(server, tmp_path, [
+            PairInput(reference=" \n ", candidate=CANDIDATES[0]),
+            PairInput(reference=REFERENCE, candidate=""),
+        ], cache=False)
+    assert empty_ref.scores is None and empty_ref.failure.stage == "input"
+    assert empty_ref.error == "input: the reference report is empty"
+    assert empty_cand.error is None and empty_cand.scores.actionable_errors >= 1
+
+
+# ---------------------------------------------------------------------- one evaluator, many runs
+
+
+def test_one_evaluator_runs_twice_against_a_keep_alive_server(tmp_path):
+    """The README reuses an evaluator; its HTTP client must live on one loop across calls."""
+    # no answer kept in memory either, so the second run talks to the server again
+    with StubServer() as server, make_evaluator(server, tmp_path, cache=False, memo_entries=0) as evaluator:
+        first = evaluator.evaluate(pairs())
+        sent_first = len(server.chat_requests())
+        second = evaluator.evaluate(pairs())
+        sent_second = len(server.chat_requests()) - sent_first
+    assert all(r.error is None and r.scores is not None for r in first + second)
+    assert sent_first > 0 and sent_second == sent_first
+    assert [r.scores for r in first] == [r.scores for r in second]
+
+
+def test_an_evaluator_works_inside_a_running_event_loop(tmp_path):
+    import asyncio
+
+    async def notebook_cell(evaluator):
+        blocking = evaluator.evaluate(pairs(1))  # a notebook calls the blocking form too
+        awaited = await evaluator.aevaluate(pairs(1))
+        return blocking + awaited
+
+    with StubServer() as server, make_evaluator(server, tmp_path) as evaluator:
+        records = asyncio.run(notebook_cell(evaluator))
+    assert all(r.scores is not None for r in records)
+
+
+def test_request_bodies_are_what_outlines_and_the_openai_sdk_send(tmp_path):
+    """The lean client sends exactly the body Outlines' from_vllm / from_openai would."""
+    import asyncio
+
+    import openai
+    import outlines
+    from outlines.inputs import Chat
+
+    from radmatch.schemas import answer_models
+
+    schema = answer_models(SERVER_LIMITS).extract
+    messages = [{"role": "system", "content": "Extract."}, {"role": "user", "content": '{"report": "x"}'}]
+    for backend, factory in (("vllm", outlines.from_vllm), ("hosted", outlines.from_openai)):
+        with StubServer() as server:
+            judge = OpenAICompatibleJudge(base_url=server.base_url, model="stub-judge", backend=backend,
+                                          thinking=False, temperature=0.0)
+
+            async def both():
+                await judge.generate(messages, schema, max_tokens=64)
+                await judge.aclose()
+                client = openai.AsyncOpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
+                kwargs = {"max_tokens": 64, "temperature": 0.0,
+                          "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+                await factory(client, "stub-judge")(Chat(messages), schema, **kwargs)
+                await client.close()
+
+            asyncio.run(both())
+            ours, reference = server.chat_requests()
+        assert ours == reference, backend
+
+
+# ---------------------------------------------------------------------- faults
+
+
+def test_a_truncated_200_body_is_retried_and_fails_no_other_pair(tmp_path):
+    # the first call (the shared indication) gets a body cut mid-way: all four pairs share it
+    for fault in ("truncated", "truncated_json"):
+        with StubServer(faults=[fault]) as server:
+            records = run_once(server, tmp_path, pairs(), cache=False)
+        assert all(r.error is None and r.scores is not None for r in records), fault
+
+
+def test_retry_after_is_honoured(tmp_path):
+    with StubServer(faults=["429:1.5"]) as server:
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
+        first, second = server.requests[0], server.requests[1]
+    assert record.error is None
+    assert second["arrived"] - first["arrived"] >= 1.4  # the backoff alone would be 0.01 s
+
+
+def test_retry_after_is_capped(tmp_path):
+    with StubServer(faults=["429:600"]) as server:
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False, max_wait_s=0.3)
+        gap = server.requests[1]["arrived"] - server.requests[0]["arrived"]
+    assert record.error is None and gap < 5
+
+
+def test_a_reset_connection_and_an_invalid_answer_are_retried(tmp_path):
+    with StubServer(faults=["reset", "invalid"]) as server:
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
+    assert record.error is None
+
+
+def test_proxy_variables_never_see_report_text(tmp_path, monkeypatch):
+    with StubServer() as proxy, StubServer() as server:
+        host_port = proxy.base_url.removeprefix("http://").removesuffix("/v1")
+        for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.setenv(var, f"http://{host_port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
+        assert record.error is None and server.chat_requests()
+        assert proxy.requests == []
+
+
+def test_preflight_names_the_fix(tmp_path):
+    from radmatch.judges.base import JudgeUnavailable
+
+    with StubServer() as server:
+        judge = OpenAICompatibleJudge(base_url=server.base_url, model="other-model")
+        with Evaluator(judge) as evaluator, pytest.raises(JudgeUnavailable, match="serves \\['stub-judge'\\]"):
+            evaluator.check()
+        url = server.base_url
+    with Evaluator(OpenAICompatibleJudge(base_url=url, model="stub-judge")) as evaluator:
+        with pytest.raises(JudgeUnavailable, match="cannot reach the judge server"):
+            evaluator.check()  # the server is gone
+    with pytest.raises(ValueError, match="empty port"):
+        OpenAICompatibleJudge(base_url="http://127.0.0.1:/v1", model="m")
+
+
+def test_streaming_keeps_at_most_concurrency_pairs_in_flight(tmp_path):
+    with StubServer(latency_s=0.05) as server, make_evaluator(server, tmp_path, cache=False) as evaluator:
+        evaluator.concurrency = 2
+        pulled = []
+
+        def source():
+            for i in range(8):
+                pulled.append(evaluator.stats.pairs)
+                yield PairInput(reference=REFERENCE, candidate=CANDIDATES[i % 4], pair_id=str(i))
+
+        done = []
+        stats = evaluator.run(source(), on_record=done.append)
+    assert stats.pairs == 8 and len(done) == 8 and all(r.scores is not None for r in done)
+    # pair i is read only when at most one earlier pair is still running
+    assert all(i - finished <= 2 for i, finished in enumerate(pulled))

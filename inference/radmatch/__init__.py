@@ -9,8 +9,9 @@ Heavy modules (torch, transformers, outlines, openai) load only when a judge is 
 
 from radmatch.config import JudgeConfig
 from radmatch.corpus import CorpusSummary, summarize
-from radmatch.pipeline import Evaluator, PairInput, evaluate_pairs
-from radmatch.records import Record, read_records
+from radmatch.pipeline import Evaluator, evaluate_pairs
+from radmatch.record_io import read_records
+from radmatch.records import PairInput, Record
 from radmatch.recompute import score_record
 from radmatch.scoring import score_pair
 

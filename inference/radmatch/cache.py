@@ -15,10 +15,12 @@ import hashlib
 import json
 import os
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 
 CACHE_FORMAT = "radmatch-judge-cache-v1"
+MEMO_ENTRIES = 2048  # answers kept in memory; the disk store holds the rest
 
 
 def cache_key(**parts: Any) -> str:
@@ -27,12 +29,23 @@ def cache_key(**parts: Any) -> str:
 
 
 class AnswerCache:
-    """Disk store (optional) and in-memory memo of validated judge answers."""
+    """Disk store (optional, owner-only) and a bounded in-memory memo of judge answers.
 
-    def __init__(self, directory: Optional[Path]) -> None:
+    The memo keeps the most recently used `memo_entries` answers, so that memory
+    stays flat however many pairs a run has.
+    """
+
+    def __init__(self, directory: Optional[Path], *, memo_entries: int = MEMO_ENTRIES) -> None:
         self.directory = Path(directory) if directory else None
-        self._memo: dict[str, dict[str, Any]] = {}
+        self.memo_entries = memo_entries
+        self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future] = {}
+
+    def _remember(self, key: str, entry: dict[str, Any]) -> None:
+        self._memo[key] = entry
+        self._memo.move_to_end(key)
+        while len(self._memo) > self.memo_entries:
+            self._memo.popitem(last=False)
 
     def _path(self, key: str) -> Path:
         assert self.directory is not None
@@ -40,6 +53,7 @@ class AnswerCache:
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
         if key in self._memo:
+            self._memo.move_to_end(key)
             return self._memo[key]
         if self.directory is None:
             return None
@@ -47,15 +61,15 @@ class AnswerCache:
             entry = json.loads(self._path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        self._memo[key] = entry
+        self._remember(key, entry)
         return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        self._memo[key] = entry
+        self._remember(key, entry)
         if self.directory is None:
             return
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(entry, handle, ensure_ascii=False)

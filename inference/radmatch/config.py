@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from radmatch.prompts import MODALITIES
+from radmatch.vocabulary import DEFAULT_MODALITY, Modality
 
 Backend = Literal["auto", "vllm", "hosted", "transformers"]
 
@@ -37,7 +37,8 @@ ENV_VARS: dict[str, str] = {
 }
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
-DEFAULT_SERVED_MODEL = "radmatch-judge"  # the name serve/start_vllm.sh serves under
+DEFAULT_SERVED_MODEL = "radmatch-judge"
+SERVER_CONCURRENCY = 8  # the name serve/start_vllm.sh serves under
 SERVER_MAX_TOKENS = {"indication": 1024, "extract": 8192, "match": 6144, "grade": 6144}
 SMALL_MODEL_MAX_TOKENS = {"indication": 128, "extract": 1700, "match": 1400, "grade": 2048}
 
@@ -58,10 +59,10 @@ class JudgeConfig(BaseModel):
     thinking: Optional[bool] = None
     context_window: Optional[int] = Field(None, gt=0)
     local_model_dir: Optional[str] = None
-    concurrency: int = Field(8, ge=1)
+    concurrency: Optional[int] = Field(None, ge=1)  # None: 8 on a server, 1 in process
     cache: bool = True
     cache_dir: Optional[str] = None
-    modality: str = "chest_xray"
+    modality: Modality = DEFAULT_MODALITY
     max_tokens: Optional[dict[str, int]] = None
 
     @classmethod
@@ -80,12 +81,12 @@ class JudgeConfig(BaseModel):
             else:
                 values[field] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
-        config = cls.model_validate(values)
-        if config.modality not in MODALITIES:
-            raise ValueError(
-                f"The 'modality' parameter must be one of {list(MODALITIES)}; got {config.modality!r}"
-            )
-        return config
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:  # one line per bad option, naming it
+            raise ValueError("; ".join(
+                f"The '{'.'.join(map(str, e['loc']))}' option: {e['msg']}" for e in exc.errors()
+            )) from None
 
     @property
     def resolved_backend(self) -> str:
@@ -97,12 +98,19 @@ class JudgeConfig(BaseModel):
     def is_small_local_model(self) -> bool:
         return self.resolved_backend == "transformers"
 
+    @property
+    def resolved_concurrency(self) -> int:
+        """Pairs in flight: a server batches many; an in-process model runs one call at a time."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return SERVER_CONCURRENCY if not self.is_small_local_model else 1
+
     def answer_cache_dir(self) -> Optional[Path]:
         if not self.cache:
             return None
         if self.cache_dir:
             return Path(self.cache_dir).expanduser()
-        from radmatch.smollm import cache_root
+        from radmatch.paths import cache_root
 
         return cache_root() / "judge"
 

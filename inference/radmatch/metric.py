@@ -6,9 +6,9 @@ output. The evaluator (and so the loaded judge and its in-memory answer memo) is
 on the first `compute()` and kept: every later epoch over the same references pays judge
 calls only for the new candidates.
 
-All evaluation runs on one event loop in a daemon thread owned by the scorer, so that a
-server judge's HTTP client lives on one loop across `compute()` calls, and `compute()`
-works inside a running loop (notebooks) too.
+The evaluator owns one event loop in its own thread, so that a server judge's HTTP
+client lives on one loop across `compute()` calls, and `compute()` works inside a
+running loop (notebooks) too.
 
 Options (keyword arguments of `evaluate.load(...)`; each also has a RADMATCH_* variable)::
 
@@ -25,7 +25,6 @@ its distributed timeout), hence `judge_cache_dir` and `timeout_s` here.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import inspect
 import json
@@ -41,9 +40,10 @@ from typing import Any
 
 from radmatch.config import ENV_VARS, JudgeConfig
 from radmatch.corpus import summarize
-from radmatch.pipeline import Evaluator, PairInput
-from radmatch.prompts import MODALITIES
-from radmatch.records import Record, RecordWriter
+from radmatch.pipeline import Evaluator
+from radmatch.record_io import RecordWriter
+from radmatch.records import PairInput, Record
+from radmatch.vocabulary import MODALITIES
 
 log = logging.getLogger(__name__)
 
@@ -94,31 +94,6 @@ def options_help() -> str:
     return ", ".join(lines)
 
 
-# ---------------------------------------------------------------------------- the loop
-
-
-class _LoopThread:
-    """One event loop in a daemon thread; coroutines are submitted and waited for."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()
-
-    def run(self, coro: Any) -> Any:
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=self._loop.run_forever, name="radmatch-metric", daemon=True
-                ).start()
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()
-            raise
-
-
 # ---------------------------------------------------------------------------- scorer
 
 
@@ -140,17 +115,22 @@ class MetricScorer:
         self._judge = judge
         self._evaluator: Evaluator | None = None
         self._build_lock = threading.Lock()
-        self._loop = _LoopThread()
 
     def __getstate__(self) -> dict[str, Any]:  # picklable: the judge is rebuilt on demand
         state = self.__dict__.copy()
-        state.update(_evaluator=None, _judge=None, _build_lock=None, _loop=None)
+        state.update(_evaluator=None, _judge=None, _build_lock=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._build_lock = threading.Lock()
-        self._loop = _LoopThread()
+
+    def close(self) -> None:
+        """Release the judge (its HTTP client or model) and the evaluator's event loop."""
+        with self._build_lock:
+            evaluator, self._evaluator = self._evaluator, None
+        if evaluator is not None:
+            evaluator.close()
 
     @property
     def evaluator(self) -> Evaluator:
@@ -165,9 +145,7 @@ class MetricScorer:
         before = evaluator.stats.judge_calls
         writer = RecordWriter(self.records_path, append=True) if self.records_path else None
         try:
-            records = self._loop.run(
-                evaluator.aevaluate(pairs, on_record=writer.write if writer else None)
-            )
+            records = evaluator.evaluate(pairs, on_record=writer.write if writer else None)
         finally:
             if writer is not None:
                 writer.close()

@@ -7,7 +7,8 @@ from typing import Callable, Iterable
 from pydantic import ValidationError
 
 from radmatch.corpus import CorpusSummary
-from radmatch.records import BadLine, Record, describe_error, parse_record
+from radmatch.record_io import BadLine, describe_error, parse_record
+from radmatch.records import Record
 from radmatch.scoring.score import score_pair
 
 REQUIRED_STAGES = ("reference_findings", "candidate_findings", "matching")

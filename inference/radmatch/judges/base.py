@@ -3,9 +3,12 @@
 Exceptions::
 
     JudgeError                  a judge call failed; the pair is marked failed
-    ├── TransientJudgeError     worth retrying (connection, timeout, 429, 5xx)
+    ├── TransientJudgeError     worth retrying (connection, timeout, 429, 5xx, a torn body)
     ├── InvalidAnswerError      the answer did not validate against the schema
+    ├── JudgeUnavailable        the judge cannot serve at all (pre-flight): stop the run
     └── EndpointRefusedError    report text would leave the local network without opt-in
+
+Messages name the cause and never quote report text or the API key.
 """
 
 from __future__ import annotations
@@ -24,11 +27,19 @@ class JudgeError(RuntimeError):
 
 
 class TransientJudgeError(JudgeError):
-    """A failure that a retry may cure."""
+    """A failure that a retry may cure; `retry_after` is the server's wish in seconds."""
+
+    def __init__(self, message: str, *, retry_after: Optional[float] = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class InvalidAnswerError(JudgeError):
     """The judge answered, but not with JSON valid under the requested schema."""
+
+
+class JudgeUnavailable(JudgeError):
+    """The judge cannot serve any call (server down, model not served, key refused)."""
 
 
 class EndpointRefusedError(JudgeError):
@@ -37,13 +48,10 @@ class EndpointRefusedError(JudgeError):
 
 @dataclass
 class Usage:
+    """Tokens one call cost, as the judge reported them."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached: bool = False
-
-    def add(self, other: "Usage") -> None:
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
 
 
 @dataclass
@@ -74,6 +82,10 @@ class Judge(Protocol):
 
     def count_tokens(self, messages: list[Message]) -> int:
         """Tokens the messages take in this judge's tokenizer (an estimate when unknown)."""
+        ...
+
+    async def check(self) -> None:
+        """Pre-flight: raise JudgeUnavailable, saying the fix, when no call could succeed."""
         ...
 
     async def aclose(self) -> None:

@@ -1,107 +1,118 @@
-"""Judges behind an OpenAI-compatible HTTP API, driven through Outlines.
+"""A judge behind an OpenAI-compatible chat API (vLLM, or a hosted API on opt-in).
 
-* `vllm` (the default): Outlines `from_vllm` over `openai.AsyncOpenAI`; the schema goes
-  to the server in the `structured_outputs` request field and the server's grammar
-  backend enforces it.
-* `hosted`: Outlines `from_openai`; the schema goes as `response_format` json_schema.
+Outlines turns each answer model into the request field that constrains decoding,
+once per model: `structured_outputs` for vLLM (its Outlines or xgrammar backend
+enforces the schema on the server), `response_format` json_schema for a hosted API.
+The request itself is a plain httpx POST of a body whose other fields are fixed for
+the run, so one call costs a `json.dumps` and the network, not a rebuild of the
+schema and an SDK's parameter transforms.
 
-Both refuse a non-local endpoint unless the user opted in (radmatch.endpoints). The
-API key comes from the environment and lives only in the client: never in a record, a
-log line or a repr.
+Faults are sorted here, at one point: connection errors, timeouts, 408/429/5xx and a
+cut-off or unreadable 200 body are transient (429's Retry-After is kept); 4xx are
+not; an answer that hit its token budget or was refused is an invalid answer.
+
+Report text goes only where the user pointed: a non-local endpoint needs an explicit
+opt-in, and proxy variables (HTTP_PROXY, ALL_PROXY, ...) are ignored unless the same
+opt-in is given. The API key lives only in the client's headers: never in a record,
+a log line, an error or a repr.
 """
 
 from __future__ import annotations
 
-import contextvars
+import email.utils
 import json
-import logging
+import time
 from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from radmatch.endpoints import check_endpoint
 from radmatch.judges.base import (
     InvalidAnswerError,
     JudgeError,
     JudgeResult,
+    JudgeUnavailable,
     Message,
     TransientJudgeError,
     Usage,
     estimate_tokens,
 )
+from radmatch.judges.endpoints import OPT_IN_HINT, check_endpoint, check_url
 
-log = logging.getLogger(__name__)
-
-# Usage of the response being received in this task; set around each call.
-_usage_sink: contextvars.ContextVar[Optional[dict[str, Any]]] = contextvars.ContextVar(
-    "radmatch_usage_sink", default=None
+BACKENDS = ("vllm", "hosted")
+KEY_HINT = (
+    "set the variable named by --api-key-env (default RADMATCH_API_KEY) to the server's key"
 )
 
 
-async def _capture_usage(response: Any) -> None:
-    """httpx response hook: read `usage` off the body for the call that is waiting on it."""
-    sink = _usage_sink.get()
-    if sink is None or response.status_code != 200:
-        return
-    await response.aread()
-    try:
-        sink.update(json.loads(response.content).get("usage") or {})
-    except (ValueError, AttributeError):
-        pass
-
-
 class OpenAICompatibleJudge:
-    """One Outlines model over an AsyncOpenAI client, with a per-call timeout."""
+    """One served model. Its HTTP client is made on first use, on the caller's event loop."""
 
     def __init__(
         self,
         *,
         base_url: str,
         model: str,
-        api_key: Optional[str],
+        api_key: Optional[str] = None,
         backend: str = "vllm",
         timeout_s: float = 300.0,
         temperature: float = 0.0,
         thinking: Optional[bool] = None,
         context_window: Optional[int] = None,
         allow_remote: bool = False,
+        http_client: Any = None,
     ) -> None:
-        if backend not in ("vllm", "hosted"):
-            raise ValueError(f"The 'backend' parameter must be 'vllm' or 'hosted'; got {backend!r}")
-        check_endpoint(base_url, allow_remote=allow_remote)
+        if backend not in BACKENDS:
+            raise ValueError(f"The 'backend' parameter must be one of {list(BACKENDS)}; got {backend!r}")
+        self.base_url = check_url(base_url)
+        check_endpoint(self.base_url, allow_remote=allow_remote)
         try:
-            import httpx
-            import openai
-            import outlines
+            import httpx  # noqa: F401
+            import outlines  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
-                "the server judge needs outlines, openai and httpx: pip install 'radmatch[judge]'"
+                "the server judge needs outlines and httpx: pip install 'radmatch[judge]'"
             ) from exc
         self.backend = backend
         self.model = model
-        self.base_url = base_url
         self.context_window = context_window
-        self.temperature = temperature
-        self.thinking = thinking
         self.timeout_s = timeout_s
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
-            event_hooks={"response": [_capture_usage]},
-        )
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or "EMPTY",  # vLLM without --api-key accepts any value
-            http_client=self._http,
-            max_retries=0,  # the pipeline retries, with its own backoff
-        )
-        self._outlines = (
-            outlines.from_vllm(self._client, model)
-            if backend == "vllm"
-            else outlines.from_openai(self._client, model)
-        )
+        self._allow_proxy = allow_remote  # a proxy is somewhere else: same opt-in
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._http = http_client
+        self._owns_http = http_client is None
+        self._fixed: dict[str, Any] = {"model": model, "temperature": temperature}
+        if thinking is not None:
+            self._fixed["chat_template_kwargs"] = {"enable_thinking": thinking}
+        self._constraints: dict[type[BaseModel], dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleJudge(backend={self.backend!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+    def _client(self) -> Any:
+        if self._http is None:
+            import httpx
+
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s), pool=None),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                trust_env=self._allow_proxy,
+            )
+        return self._http
+
+    def constraint(self, schema: type[BaseModel]) -> dict[str, Any]:
+        """The request field(s) Outlines sends for `schema`, computed once per model."""
+        if schema not in self._constraints:
+            from outlines.models.openai import OpenAITypeAdapter
+            from outlines.models.vllm import VLLMTypeAdapter
+
+            adapter = VLLMTypeAdapter() if self.backend == "vllm" else OpenAITypeAdapter()
+            self._constraints[schema] = adapter.format_output_type(schema)
+        return self._constraints[schema]
+
+    def request_body(self, messages: list[Message], schema: type[BaseModel], max_tokens: int) -> dict[str, Any]:
+        return {"messages": messages, "max_tokens": max_tokens, **self._fixed, **self.constraint(schema)}
 
     def count_tokens(self, messages: list[Message]) -> int:
         return estimate_tokens(messages)
@@ -109,42 +120,118 @@ class OpenAICompatibleJudge:
     async def generate(
         self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
     ) -> JudgeResult:
-        from outlines import exceptions as oe
-        from outlines.inputs import Chat
-
-        kwargs: dict[str, Any] = {"max_tokens": max_tokens, "temperature": self.temperature}
-        if self.thinking is not None:
-            kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": self.thinking}}
-        sink: dict[str, Any] = {}
-        token = _usage_sink.set(sink)
+        payload = json.dumps(self.request_body(messages, schema, max_tokens), ensure_ascii=False)
+        response = await self._post("/chat/completions", payload.encode("utf-8"))
         try:
-            text = await self._outlines(Chat(messages), schema, **kwargs)
-        except (oe.APIConnectionError, oe.APITimeoutError, oe.RateLimitError, oe.ServerError) as exc:
-            raise TransientJudgeError(_describe(exc)) from exc
-        except oe.AuthenticationError as exc:
-            raise JudgeError(
-                "HTTP 401 from the judge server: the API key was refused; set the variable "
-                "named by --api-key-env (default RADMATCH_API_KEY) to the server's key"
-            ) from exc
-        except oe.APIError as exc:
-            raise JudgeError(_describe(exc)) from exc
-        finally:
-            _usage_sink.reset(token)
+            data = json.loads(response.content)
+            choice = data["choices"][0]
+            message = choice["message"]
+            text, refusal = message.get("content"), message.get("refusal")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise TransientJudgeError(
+                f"the server's HTTP 200 answer was cut off or is not a chat completion "
+                f"({len(response.content)} bytes)"
+            ) from None
+        if refusal:
+            raise InvalidAnswerError("the judge refused to answer")
+        if choice.get("finish_reason") == "length":
+            raise InvalidAnswerError(
+                f"the answer reached its token budget ({max_tokens}) before it was complete"
+            )
         if not isinstance(text, str):
             raise InvalidAnswerError("the judge returned no text")
+        usage = data.get("usage") or {}
         return JudgeResult(
             text=text,
             usage=Usage(
-                prompt_tokens=int(sink.get("prompt_tokens") or 0),
-                completion_tokens=int(sink.get("completion_tokens") or 0),
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
             ),
         )
 
+    async def _post(self, path: str, payload: bytes) -> Any:
+        import httpx
+
+        started = time.perf_counter()
+        try:
+            response = await self._client().post(self.base_url + path, content=payload, headers=self._headers)
+        except httpx.TimeoutException as exc:
+            raise TransientJudgeError(
+                f"no answer from the judge server within {self.timeout_s:g} s ({type(exc).__name__})"
+            ) from None
+        except httpx.TransportError as exc:
+            took = time.perf_counter() - started
+            raise TransientJudgeError(
+                f"the connection to the judge server failed after {took:.1f} s "
+                f"({type(exc).__name__}: {str(exc)[:120] or 'no detail'})"
+            ) from None
+        if response.status_code == 200:
+            return response
+        detail = _server_message(response)
+        status = response.status_code
+        if status == 429 or status == 408 or status >= 500:
+            raise TransientJudgeError(
+                f"HTTP {status} from the judge server: {detail}",
+                retry_after=_retry_after(response.headers.get("retry-after")),
+            )
+        if status in (401, 403):
+            raise JudgeError(f"HTTP {status} from the judge server: the API key was refused; {KEY_HINT}")
+        raise JudgeError(f"HTTP {status} from the judge server: {detail}")
+
+    async def check(self) -> None:
+        """Pre-flight: the server answers and serves this model, or JudgeUnavailable says the fix."""
+        import httpx
+
+        where = f"the judge server at {self.base_url}"
+        try:
+            response = await self._client().get(
+                self.base_url + "/models", headers=self._headers, timeout=min(self.timeout_s, 10.0)
+            )
+        except httpx.HTTPError as exc:
+            raise JudgeUnavailable(
+                f"cannot reach {where} ({type(exc).__name__}); start it (serve/start_vllm.sh) "
+                "or correct --base-url"
+            ) from None
+        if response.status_code in (401, 403):
+            raise JudgeUnavailable(f"{where} refused the API key (HTTP {response.status_code}); {KEY_HINT}")
+        if response.status_code != 200:
+            return  # some compatible servers list no models; the first call will tell
+        try:
+            served = [m["id"] for m in response.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            return
+        if self.model not in served:
+            raise JudgeUnavailable(f"{where} serves {served}, not {self.model!r}; pass --model with one of them")
+
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None and self._owns_http:
+            await self._http.aclose()
+            self._http = None
 
 
-def _describe(exc: Exception) -> str:
-    status = getattr(exc, "status_code", None)
-    prefix = f"HTTP {status} from the judge server" if status else type(exc).__name__
-    return f"{prefix}: {str(exc)[:200]}"
+def _server_message(response: Any) -> str:
+    """The server's own error text, short (it never holds the key; it may name the model)."""
+    try:
+        error = response.json().get("error")
+        text = error.get("message") if isinstance(error, dict) else error or response.text
+    except (ValueError, AttributeError):
+        text = response.text
+    return (str(text).strip() or "no detail")[:200]
+
+
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds from a Retry-After header: a number, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+__all__ = ["BACKENDS", "OPT_IN_HINT", "OpenAICompatibleJudge"]

@@ -26,15 +26,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from radmatch.schemas import (
-    ExtractionAnswer,
-    FindingOut,
-    GradingAnswer,
-    IndicationAnswer,
-    MatchingAnswer,
-)
+from radmatch.schemas import ANSWER_MODELS, CANONICAL
+from radmatch.vocabulary import MODALITIES, STAGES
 
 __all__ = [
     "ANSWER_MODELS",
@@ -48,21 +43,8 @@ __all__ = [
     "prompt_version",
 ]
 
-STAGES: tuple[str, ...] = ("indication", "extract", "match", "grade")
-MODALITIES: tuple[str, ...] = (
-    "chest_xray",
-    "chest_ct",
-    "abdomen_pelvis_ct",
-    "head_ct",
-    "brain_mri",
-)
-ANSWER_MODELS: dict[str, type[BaseModel]] = {
-    "indication": IndicationAnswer,
-    "extract": ExtractionAnswer,
-    "match": MatchingAnswer,
-    "grade": GradingAnswer,
-}
 FEWSHOT_ENV = "RADMATCH_FEWSHOT_DIR"
+_FINDING = CANONICAL.extract.model_fields["findings"].annotation.__args__[0]  # one finding
 PROMPT_FORMAT = "v1"
 
 # Keys the pipeline puts in each stage's user message.
@@ -129,7 +111,7 @@ def _check_findings(findings: Any, where: str) -> None:
             raise FewshotError(f"{where}[{j}] must be a finding object with a string finding_id")
         fields = {k: v for k, v in finding.items() if k != "finding_id"}
         try:
-            FindingOut.model_validate(fields)
+            _FINDING.model_validate(fields)
         except ValidationError as exc:
             raise FewshotError(f"{where}[{j}] is not a valid finding: {exc}") from exc
 

@@ -37,6 +37,30 @@ def is_local_endpoint(url: str) -> bool:
     return bool(infos) and all(_is_private(info[4][0]) for info in infos)
 
 
+def check_url(url: str) -> str:
+    """Return the URL without a trailing slash, or raise ValueError saying what is wrong.
+
+    >>> check_url("http://127.0.0.1:8000/v1/")
+    'http://127.0.0.1:8000/v1'
+    >>> check_url("http://127.0.0.1:/v1")
+    Traceback (most recent call last):
+    ...
+    ValueError: the judge URL 'http://127.0.0.1:/v1' has an empty port; write it as http://HOST:PORT/v1
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"the judge URL {url!r} is not an http(s) URL with a host; write it as http://HOST:PORT/v1"
+        )
+    try:
+        parts.port
+    except ValueError:
+        raise ValueError(f"the judge URL {url!r} has an invalid port") from None
+    if parts.netloc.endswith(":"):
+        raise ValueError(f"the judge URL {url!r} has an empty port; write it as http://HOST:PORT/v1")
+    return url.rstrip("/")
+
+
 def check_endpoint(url: str, *, allow_remote: bool) -> None:
     """Raise EndpointRefusedError when report text would leave the local network unasked."""
     if allow_remote or is_local_endpoint(url):

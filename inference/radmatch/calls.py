@@ -1,0 +1,233 @@
+"""One path for every judge call: prompt, cache, in-flight sharing, retries, validation.
+
+An answer is validated once, by the stage's validation model, straight from its
+JSON text (a stored answer too, when it is read back). A call that cannot succeed
+raises `StageFailed`, whose `Failure` names the stage, the cause, the attempts and
+the time spent; it is never turned into an empty answer.
+
+Retries: a transient fault (connection, timeout, 429/5xx, a cut-off body) is retried
+up to `retries` attempts in all, with exponential backoff, or after the server's
+Retry-After when it asks for longer (capped at `max_wait_s`); an invalid answer is
+retried once; any other judge error fails the stage at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Optional
+
+from pydantic import BaseModel, ValidationError
+
+from radmatch.cache import AnswerCache, cache_key
+from radmatch.judges.base import InvalidAnswerError, Judge, JudgeError, TransientJudgeError
+from radmatch.prompting import fit_messages
+from radmatch.prompts import prompt_version
+from radmatch.records import Failure
+from radmatch.schemas import Limits, answer_models, validation_models
+
+log = logging.getLogger(__name__)
+
+INVALID_ANSWER_ATTEMPTS = 2
+
+
+class StageFailed(Exception):
+    """A stage could not get a valid answer; `failure` says why."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message())
+        self.failure = failure
+
+
+@dataclass
+class RunStats:
+    """Counts over an evaluator's runs, for progress and benchmarks."""
+
+    pairs: int = 0
+    failed: int = 0
+    judge_calls: int = 0  # requests sent, retries included
+    cached_calls: int = 0  # answers from the cache or from another pair's call
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def pairs_per_s(self) -> float:
+        elapsed = self.elapsed_s
+        return self.pairs / elapsed if elapsed > 0 else 0.0
+
+
+@dataclass
+class PairSpend:
+    """What one pair spent on the judge."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    cached: int = 0
+    exemplars: dict[str, int] = field(default_factory=dict)
+
+
+class JudgeCalls:
+    """Asks one judge for stage answers, for every pair of a run."""
+
+    def __init__(
+        self,
+        judge: Judge,
+        *,
+        limits: Limits,
+        max_tokens: dict[str, int],
+        cache: AnswerCache,
+        retries: int = 3,
+        backoff_s: float = 1.0,
+        max_wait_s: float = 60.0,
+        stats: Optional[RunStats] = None,
+    ) -> None:
+        self.judge = judge
+        self.limits = limits
+        self.grammar = answer_models(limits)
+        self.validators = validation_models(limits)
+        self.max_tokens = max_tokens
+        self.cache = cache
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_wait_s = max_wait_s
+        self.stats = stats or RunStats()
+        self._versions: dict[tuple[str, str], str] = {}
+
+    def prompt_version(self, stage: str, modality: str) -> str:
+        """Hashing reads the exemplar files: once per stage and modality."""
+        key = (stage, modality)
+        if key not in self._versions:
+            self._versions[key] = prompt_version(stage, modality)
+        return self._versions[key]
+
+    async def ask(
+        self,
+        stage: str,
+        modality: str,
+        user_input: dict[str, Any],
+        spend: PairSpend,
+        *,
+        rows: Optional[int] = None,
+    ) -> BaseModel:
+        """The stage's validated answer for `user_input`, from the cache or the judge."""
+        started = time.perf_counter()
+        schema = self.grammar.for_stage(stage, rows)
+        validator = self.validators.for_stage(stage, rows)
+        max_tokens = self.max_tokens[stage]
+        try:
+            messages, spend.exemplars[stage] = fit_messages(
+                self.judge, stage, modality, user_input, max_tokens
+            )
+        except JudgeError as exc:  # the context budget: retrying cannot help
+            raise StageFailed(Failure(stage=stage, cause=str(exc))) from None
+        key = cache_key(
+            model=self.judge.model,
+            backend=self.judge.backend,
+            prompt_version=self.prompt_version(stage, modality),
+            messages=messages,
+            schema=_schema_json(schema),
+            max_tokens=max_tokens,
+        )
+        answer = self._stored(key, validator)
+        owner = False
+        if answer is None:
+            (entry, answer), owner = await self.cache.shared(
+                key, lambda: self._call(key, stage, messages, schema, validator, max_tokens)
+            )
+        spend.seconds[stage] = spend.seconds.get(stage, 0.0) + time.perf_counter() - started
+        spend.calls += 1
+        if owner:
+            spend.prompt_tokens += entry["usage"]["prompt_tokens"]
+            spend.completion_tokens += entry["usage"]["completion_tokens"]
+        else:  # answered from the store or by a call another pair made
+            spend.cached += 1
+            self.stats.cached_calls += 1
+        return answer
+
+    def _stored(self, key: str, validator: type[BaseModel]) -> Optional[BaseModel]:
+        entry = self.cache.get(key)
+        if entry is None:
+            return None
+        try:  # a stored answer is validated like a fresh one
+            return validator.model_validate_json(entry["text"])
+        except (ValidationError, KeyError, TypeError):
+            self.cache.discard(key)
+            return None
+
+    async def _call(
+        self,
+        key: str,
+        stage: str,
+        messages: list,
+        schema: type[BaseModel],
+        validator: type[BaseModel],
+        max_tokens: int,
+    ) -> tuple[dict[str, Any], BaseModel]:
+        started = time.perf_counter()
+        attempts = invalid = 0
+
+        def failed(cause: str) -> StageFailed:
+            took = round(time.perf_counter() - started, 3)
+            return StageFailed(Failure(stage=stage, cause=cause, attempts=attempts, elapsed_s=took))
+
+        while True:
+            attempts += 1
+            try:
+                self.stats.judge_calls += 1
+                result = await self.judge.generate(messages, schema, max_tokens=max_tokens)
+                answer = validator.model_validate_json(result.text)
+            except (ValidationError, InvalidAnswerError) as exc:
+                invalid += 1
+                cause = _invalid_cause(stage, exc)
+                log.info("%s: invalid answer (attempt %d)", stage, attempts)  # no report text
+                if invalid >= INVALID_ANSWER_ATTEMPTS:
+                    raise failed(cause) from None
+                continue
+            except TransientJudgeError as exc:
+                if attempts >= self.retries:
+                    raise failed(str(exc)) from None
+                delay = self._delay(attempts, exc.retry_after)
+                log.info("%s: %s; retry %d in %.1f s", stage, type(exc).__name__, attempts, delay)
+                await asyncio.sleep(delay)
+                continue
+            except JudgeError as exc:
+                raise failed(str(exc)) from None
+            entry = {"text": result.text, "usage": {
+                "prompt_tokens": result.usage.prompt_tokens,
+                "completion_tokens": result.usage.completion_tokens,
+            }}
+            self.cache.put(key, entry)
+            return entry, answer
+
+    def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
+        backoff = self.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4)
+        return min(max(backoff, retry_after or 0.0), self.max_wait_s)
+
+
+@lru_cache(maxsize=512)
+def _schema_json(schema: type[BaseModel]) -> dict[str, Any]:
+    return schema.model_json_schema()
+
+
+def _invalid_cause(stage: str, exc: Exception) -> str:
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    first = exc.errors()[0]
+    if first["type"] == "json_invalid":
+        return (
+            f"the {stage} answer is not valid JSON (a truncated answer means its token "
+            "budget was too small)"
+        )
+    if first["type"] in ("too_short", "too_long") and first["loc"][:1] == ("errors_per_match",) and len(first["loc"]) == 1:
+        return f"the grade answer does not have one error list per matched row ({first['msg']})"
+    where = ".".join(str(p) for p in first["loc"]) or "(answer)"
+    return f"the {stage} answer does not fit its schema ({where}: {first['msg']})"

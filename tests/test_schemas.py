@@ -1,0 +1,102 @@
+"""Answer models: one definition, caps per judge profile, and validation on arrival."""
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from radmatch.schemas import (
+    ANSWER_MODELS,
+    CANONICAL_LIMITS,
+    SERVER_LIMITS,
+    SMALL_MODEL_LIMITS,
+    answer_models,
+    validation_models,
+)
+
+FINDING = {"text": "Nodule.", "clinical_status": "abnormal", "clinical_significance": "notable",
+           "comparison": None, "measurements": [], "evidence": []}
+
+
+def schema_text(limits, stage, rows=None):
+    return json.dumps(answer_models(limits).for_stage(stage, rows).model_json_schema())
+
+
+@pytest.mark.parametrize("stage", ["extract", "match", "grade", "indication"])
+def test_served_schemas_leave_outer_lists_and_strings_free(stage):
+    # a bounded repetition of a large item made vLLM's outlines backend time out (HTTP 500)
+    text = schema_text(SERVER_LIMITS, stage, rows=3)
+    assert "maxLength" not in text
+    schema = json.loads(text)
+    for key in ("findings", "matches", "errors_per_match"):
+        if key in schema["properties"]:
+            assert "maxItems" not in schema["properties"][key]
+
+
+def test_small_model_schema_caps_every_list_and_string():
+    extract = json.loads(schema_text(SMALL_MODEL_LIMITS, "extract"))
+    assert extract["properties"]["findings"]["maxItems"] == SMALL_MODEL_LIMITS.findings
+    finding = extract["$defs"]["Finding"]["properties"]
+    assert finding["text"]["maxLength"] == SMALL_MODEL_LIMITS.text
+    assert finding["evidence"]["items"]["maxLength"] == SMALL_MODEL_LIMITS.quote
+    unit = extract["$defs"]["Measurement"]["properties"]["unit"]["anyOf"][0]
+    assert unit["maxLength"] == SMALL_MODEL_LIMITS.unit
+    grade = json.loads(schema_text(SMALL_MODEL_LIMITS, "grade", rows=3))
+    assert grade["properties"]["errors_per_match"]["minItems"] == 3
+    assert grade["properties"]["errors_per_match"]["maxItems"] == 3
+
+
+def test_every_profile_is_the_one_definition_with_other_caps():
+    """Same fields, enums and required keys in every profile; only the caps differ."""
+    def shape(node):
+        if isinstance(node, dict):
+            return {k: shape(v) for k, v in node.items() if k not in ("maxItems", "maxLength", "minItems")}
+        if isinstance(node, list):
+            return [shape(v) for v in node]
+        return node
+
+    for stage in ANSWER_MODELS:
+        shapes = {json.dumps(shape(json.loads(schema_text(limits, stage))), sort_keys=True)
+                  for limits in (CANONICAL_LIMITS, SERVER_LIMITS, SMALL_MODEL_LIMITS)}
+        assert len(shapes) == 1, stage
+    assert answer_models(CANONICAL_LIMITS).extract is ANSWER_MODELS["extract"]
+
+
+def test_answers_are_strict():
+    model = answer_models(SERVER_LIMITS).extract
+    with pytest.raises(ValidationError):
+        model.model_validate({"findings": [], "extra": 1})
+    with pytest.raises(ValidationError):
+        model.model_validate({"findings": [{**FINDING, "clinical_status": "maybe"}]})
+
+
+def test_a_served_answer_is_validated_against_the_canonical_caps_too():
+    too_many = json.dumps({"findings": [FINDING] * 61})
+    answer_models(SERVER_LIMITS).extract.model_validate_json(too_many)  # the grammar allowed it...
+    validator = validation_models(SERVER_LIMITS).extract
+    with pytest.raises(ValidationError, match="at most 60 items"):
+        validator.model_validate_json(too_many)  # ...the canonical cap does not
+    validator.model_validate_json(json.dumps({"findings": [FINDING] * 60}))
+    # and where the grammar is the tighter (8 measurements), the grammar's cap holds
+    value = {"value": 1.0, "unit": "mm", "category": "size", "prior": False}
+    with pytest.raises(ValidationError):
+        validator.model_validate({"findings": [{**FINDING, "measurements": [value] * 9}]})
+
+
+def test_grading_is_held_to_one_list_per_row_whatever_the_grammar():
+    validator = validation_models(SERVER_LIMITS).for_stage("grade", rows=2)
+    with pytest.raises(ValidationError):
+        validator.model_validate({"errors_per_match": [[]]})
+    validator.model_validate({"errors_per_match": [[], []]})
+    # the served grammar itself does not fix the length (a bounded repetition is costly)
+    assert "minItems" not in schema_text(SERVER_LIMITS, "grade", rows=2)
+
+
+def test_ids_must_look_like_pipeline_ids():
+    model = answer_models(SMALL_MODEL_LIMITS).match
+    ok = {"matches": [{"pred_id": "p_1", "gt_id": "gt_12", "reasoning": "same", "match_scope": "direct"}],
+          "unmatched_pred": [], "unmatched_gt": []}
+    model.model_validate(ok)
+    ok["matches"][0]["pred_id"] = "finding one"
+    with pytest.raises(ValidationError):
+        model.model_validate(ok)
