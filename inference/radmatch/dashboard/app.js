@@ -458,7 +458,7 @@
     var root = $("view-pair");
     root.replaceChildren(head, fig);
     if (d.repairs.length) {
-      var rp = panel("Repairs of the judge's answer", "Deterministic fixes made by scoring (SCORING.md section 2).");
+      var rp = panel("Repairs of the judge's answer", "Deterministic fixes made by scoring (docs/scoring.md section 2).");
       rp.body.appendChild(el("ul", { class: "repairs" }, d.repairs.map(function (r) { return el("li", null, r); })));
       root.appendChild(rp.node);
     }
