@@ -65,7 +65,7 @@ Returns:
     n_pairs, n_scored, n_failed (`int`).
     summary (`dict`): the corpus summary (outcome counts, safety tiers with 95 % Wilson
         intervals, attribution, subsets, failed pairs).
-    records (`list` of `dict`): the audit record of every pair (RECORDS.md).
+    records (`list` of `dict`): the audit record of every pair (docs/records.md).
     judge_calls (`int`): answers this call got from the judge (cached ones cost none).
 Examples:
     Loading and inspecting the inputs (no judge runs until `compute`):

@@ -34,7 +34,7 @@ import time
 from radmatch.cli import WRITE_BUFFER
 from radmatch.corpus import CorpusSummary
 from radmatch.recompute import recompute_lines, score_record
-from radmatch.records import parse_record
+from radmatch.record_io import parse_record
 from radmatch.testing.synthetic import PROFILES
 
 

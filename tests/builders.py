@@ -88,7 +88,7 @@ CANDIDATE_FIG3 = (
 
 
 def fig3_record(pair_id: str = "fig3") -> Record:
-    """The worked example of SCORING.md section 5 (paper Fig. 3b)."""
+    """The worked example of docs/scoring.md section 5 (paper Fig. 3b)."""
     gt = [
         f("gt_1", sig="urgent", comparison="new", evidence=["New large right pleural effusion"]),
         f("gt_2", sig="notable", evidence=["underlying atelectasis"]),

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from radmatch.recompute import score_record
-from radmatch.records import Record, RecordWriter, Stages
+from radmatch.record_io import RecordWriter
+from radmatch.records import Record, Stages
 from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow
 
 XSS_IMG = "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">"
@@ -87,7 +88,7 @@ def make_record(
 
 
 def fig3b() -> Record:
-    """SCORING.md section 5 worked example (paper Fig. 3b): 2 actionable errors."""
+    """docs/scoring.md section 5 worked example (paper Fig. 3b): 2 actionable errors."""
     ref = (
         "New large right-sided pleural effusion with underlying atelectasis and possible "
         "consolidation. Small left-sided pleural effusion."

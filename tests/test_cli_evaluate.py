@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from openai_stub import StubServer
 from radmatch import read_records
+from radmatch.testing.fake_server import StubServer
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [
@@ -47,7 +47,11 @@ def test_jsonl_input_with_bad_rows_reported_and_kept(tmp_path):
     records = {r.pair_id: r for r in read_records(out)}
     assert records["a"].scores.actionable_errors == 0
     assert records["b"].scores.actionable_errors >= 1
-    assert records["line 2"].error.startswith("input line 2")
+    # a bad row keeps its own pair_id, its line, and what could be read of it
+    assert records["c"].error == "input: line 2: column 'candidate' is missing"
+    assert records["c"].source == "line 2" and records["c"].reference == "x"
+    assert records["2"].source == "line 3" and records["2"].failure.stage == "input"  # no id: its position
+    assert records["d"].error.startswith("input: line 5: modality must be one of")
 
 
 def test_csv_input_with_custom_columns(tmp_path):
@@ -83,16 +87,17 @@ def test_saved_dataset_input(tmp_path):
     assert {r.study_id for r in records} == {"s1"}
 
 
-def test_unreachable_server_fails_pairs_not_the_run(tmp_path):
+def test_unreachable_server_stops_the_run_before_any_record(tmp_path):
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"reference": ROWS[0]["ref"], "candidate": ROWS[0]["cand"]}) + "\n")
     out = tmp_path / "records.jsonl"
-    env = {**os.environ, "RADMATCH_BASE_URL": "http://127.0.0.1:9/v1", "RADMATCH_RETRIES": "1"}
+    out.write_text("earlier records\n")
+    env = {**os.environ, "RADMATCH_BASE_URL": "http://127.0.0.1:9/v1"}
     proc = subprocess.run([sys.executable, "-m", "radmatch.cli", "evaluate", str(src), "-o", str(out), "-q"],
-                          capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 1
-    (record,) = read_records(out)
-    assert record.scores is None and "gave up after 1 attempts" in record.error
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    assert "cannot reach the judge server at http://127.0.0.1:9/v1" in proc.stderr
+    assert out.read_text() == "earlier records\n"  # a refused run touches no output
 
 
 def test_public_endpoint_is_refused_before_any_request(tmp_path):

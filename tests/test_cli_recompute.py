@@ -8,7 +8,8 @@ import pytest
 
 from builders import f, fig3_record, matching, record
 from radmatch.corpus import summarize, wilson_interval
-from radmatch.records import SCHEMA_VERSION, parse_record, read_records
+from radmatch.record_io import parse_record, read_records
+from radmatch.records import SCHEMA_VERSION
 
 
 def run_cli(*args, check=False):
@@ -195,7 +196,7 @@ def test_recompute_reads_no_stored_scores_and_keeps_extra_keys(tmp_path, stored)
 def test_ignoring_scores_still_reports_errors_elsewhere_by_field():
     from pydantic import ValidationError
 
-    from radmatch.records import describe_error
+    from radmatch.record_io import describe_error
 
     data = json.loads(fig3_record().to_json())
     data["stages"]["reference_findings"][0]["clinical_status"] = "maybe"

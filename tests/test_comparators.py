@@ -1,4 +1,4 @@
-"""SCORING.md section 4: status, comparison and measurement comparators, rule by rule."""
+"""docs/scoring.md section 4: status, comparison and measurement comparators, rule by rule."""
 
 import pytest
 

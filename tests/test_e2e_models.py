@@ -15,7 +15,7 @@ import pytest
 
 from radmatch import Evaluator, PairInput, read_records
 from radmatch.config import SMALL_MODEL_MAX_TOKENS
-from radmatch.decoding import SMALL_MODEL_LIMITS, answer_models
+from radmatch.schemas import SMALL_MODEL_LIMITS, answer_models
 from radmatch.judges.openai_compat import OpenAICompatibleJudge
 from radmatch.prompting import build_messages
 
@@ -67,12 +67,12 @@ def test_embedded_cpu_judge_end_to_end_and_recompute(pairs_file, tmp_path):
     assert [r.pair_id for r in sorted(records, key=lambda r: r.pair_id)] == ["case2", "case2-vs-4"]
     for record in records:
         assert record.error is None and record.scores is not None
-        assert record.judge["backend"] == "transformers"
+        assert record.judge.backend == "transformers"
         assert record.stages.indication  # the given indication reached the prompts
         assert record.stages.reference_findings and record.stages.candidate_findings
-        assert record.usage["completion_tokens"] > 0
+        assert record.usage.completion_tokens > 0
     # the shared reference was extracted once: one pair paid for it, the other did not
-    assert sorted(r.usage["judge_calls"] for r in records) in ([3, 4], [2, 3], [3, 3], [2, 4])
+    assert sorted(r.usage.judge_calls for r in records) in ([3, 4], [2, 3], [3, 3], [2, 4])
 
     out = tmp_path / "recomputed.jsonl"
     proc = run_cli("recompute", str(records_path), "-o", str(out))
@@ -86,22 +86,24 @@ def test_embedded_cpu_judge_end_to_end_and_recompute(pairs_file, tmp_path):
     rerun = tmp_path / "rerun.jsonl"
     proc = run_cli("evaluate", str(pairs_file), "-o", str(rerun), "--cache-dir", str(cache), "-q")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert all(r.usage["judge_calls"] == 0 for r in read_records(rerun))
+    assert all(r.usage.judge_calls == 0 for r in read_records(rerun))
 
 
 def test_vllm_server_enforces_the_schema_and_the_pipeline_scores(vllm_server, pairs_file, tmp_path):
     base_url, api_key, model = vllm_server
-    judge = OpenAICompatibleJudge(base_url=base_url, model=model, api_key=api_key, context_window=8192)
-    evaluator = Evaluator(
-        judge, cache_dir=None, limits=SMALL_MODEL_LIMITS, max_tokens=SMALL_MODEL_MAX_TOKENS,
-        concurrency=2, timeout_s=600,
-    )
+    judge = OpenAICompatibleJudge(base_url=base_url, model=model, api_key=api_key, context_window=8192,
+                                  timeout_s=600)
     pairs = [PairInput(**json.loads(line)) for line in pairs_file.read_text().splitlines()]
-    records = evaluator.evaluate(pairs)
+    with Evaluator(judge, cache_dir=None, limits=SMALL_MODEL_LIMITS, max_tokens=SMALL_MODEL_MAX_TOKENS,
+                   concurrency=2) as evaluator:
+        evaluator.check()  # the pre-flight against a real server: it serves this model
+        records = evaluator.evaluate(pairs)
+        again = evaluator.evaluate(pairs)  # reused: answers from its memo, the same scores
     for record in records:
         assert record.error is None, record.error
-        assert record.scores is not None and record.judge["backend"] == "vllm"
-        assert record.usage["prompt_tokens"] > 1000  # usage read off the server's answers
+        assert record.scores is not None and record.judge.backend == "vllm"
+        assert record.usage.prompt_tokens > 1000  # usage read off the server's answers
+    assert [r.scores for r in again] == [r.scores for r in records]
 
     # the control: the same extraction prompt without the constraint is not valid JSON for
     # the schema, so valid answers above came from the server's grammar, not from luck

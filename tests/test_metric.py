@@ -24,7 +24,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pytest
 
 from radmatch import Evaluator, JudgeConfig, PairInput
-from radmatch.judges.base import JudgeError, JudgeResult, Usage, estimate_tokens
 from radmatch.metric import (
     MetricScorer,
     add_install_metric_parser,
@@ -33,7 +32,8 @@ from radmatch.metric import (
     script_path,
     split_init_kwargs,
 )
-from radmatch.records import read_records
+from radmatch.record_io import read_records
+from radmatch.testing.scripted import RecordingJudge, ScriptedJudge
 
 REPO = Path(__file__).resolve().parents[1]
 SHIM = REPO / "radmatch_metric.py"
@@ -49,72 +49,6 @@ C4 = "Moderate cardiomegaly. No pneumothorax."
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-class ScriptedJudge:
-    """A deterministic judge for orchestration tests: one finding per sentence,
-    findings with the same text match, no grading errors. A report containing FAIL
-    makes the call fail. `calls` lists (stage, user input) in call order."""
-
-    backend = "scripted"
-    model = "scripted-judge"
-    context_window = None
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict]] = []
-
-    async def generate(self, messages, schema, *, max_tokens):
-        user = json.loads(messages[-1]["content"])
-        props = schema.model_json_schema()["properties"]
-        if "findings" in props:
-            stage = "extract"
-            if "FAIL" in user["report"]:
-                self.calls.append((stage, user))
-                raise JudgeError("scripted failure")
-            answer = {"findings": [_finding(s) for s in _sentences(user["report"])]}
-        elif "matches" in props:
-            stage = "match"
-            gt = {_norm(f["text"]): f["finding_id"] for f in user["gt_findings"]}
-            rows, unmatched_pred = [], []
-            for f in user["pred_findings"]:
-                if _norm(f["text"]) in gt:
-                    rows.append({"pred_id": f["finding_id"], "gt_id": gt.pop(_norm(f["text"])),
-                                 "reasoning": "same text", "match_scope": "direct"})
-                else:
-                    unmatched_pred.append(f["finding_id"])
-            answer = {"matches": rows, "unmatched_pred": unmatched_pred, "unmatched_gt": list(gt.values())}
-        elif "errors_per_match" in props:
-            stage = "grade"
-            answer = {"errors_per_match": [[] for _ in user["pairs"]]}
-        else:
-            stage = "indication"
-            answer = {"indication": ""}
-        self.calls.append((stage, user))
-        return JudgeResult(text=json.dumps(answer), usage=Usage(prompt_tokens=10, completion_tokens=5))
-
-    def count_tokens(self, messages):
-        return estimate_tokens(messages)
-
-    async def aclose(self):
-        return None
-
-
-def _sentences(report: str) -> list[str]:
-    return [s.strip() + "." for s in report.split(".") if s.strip()]
-
-
-def _norm(text: str) -> str:
-    return text.lower().strip(" .")
-
-
-def _finding(sentence: str) -> dict:
-    normal = sentence.lower().startswith("no ") or "normal" in sentence.lower()
-    return {
-        "text": sentence,
-        "clinical_status": "normal" if normal else "abnormal",
-        "clinical_significance": "routine" if normal else "urgent",
-        "evidence": [sentence],
-    }
 
 
 def extract_reports(calls) -> list[str]:
@@ -421,46 +355,6 @@ def test_compute_inside_a_running_event_loop():
 
 
 # ---------------------------------------------------------------------------- real model
-
-
-class RecordingJudge:
-    """Wraps a real judge, recording (stage, user input) of every call that reaches it."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.backend, self.model, self.context_window = inner.backend, inner.model, inner.context_window
-        self.calls: list[tuple[str, dict]] = []
-
-    async def generate(self, messages, schema, *, max_tokens):
-        props = schema.model_json_schema()["properties"]
-        stage = next((s for k, s in (("findings", "extract"), ("matches", "match"),
-                                     ("errors_per_match", "grade")) if k in props), "indication")
-        self.calls.append((stage, json.loads(messages[-1]["content"])))
-        return await self.inner.generate(messages, schema, max_tokens=max_tokens)
-
-    def count_tokens(self, messages):
-        return self.inner.count_tokens(messages)
-
-    async def aclose(self):
-        return None
-
-
-@pytest.fixture(scope="session")
-def shared_answer_cache(tmp_path_factory) -> Path:
-    """One judge-answer store for every slow test of the session (test_reward too):
-    the session's base temp dir is the same for all modules. Set
-    RADMATCH_TEST_JUDGE_CACHE to keep answers across sessions when iterating locally."""
-    override = os.environ.get("RADMATCH_TEST_JUDGE_CACHE")
-    path = Path(override) if override else tmp_path_factory.getbasetemp() / "radmatch-judge-answers"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def local_judge():
-    from radmatch.judges.local import LocalTransformersJudge
-
-    return LocalTransformersJudge()
 
 
 @pytest.mark.slow

@@ -11,18 +11,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_metric import (  # noqa: F401
-    C1,
-    C2,
-    CLOSED_URL,
-    REF,
-    ScriptedJudge,
-    extract_reports,
-    local_judge,
-    shared_answer_cache,
-)
+from test_metric import C1, C2, CLOSED_URL, REF, extract_reports
 
 from radmatch.reward import RadMatchReward, completion_text, radmatch_reward
+from radmatch.testing.scripted import ScriptedJudge
 
 
 def chat(text: str) -> list[dict]:
@@ -89,7 +81,7 @@ def test_reference_column_and_optional_columns():
 
 
 @pytest.mark.slow
-def test_reward_with_the_real_model(shared_answer_cache, local_judge):  # noqa: F811
+def test_reward_with_the_real_model(shared_answer_cache, local_judge):
     """SmolLM2 judge: one finite float per completion, strings and chat alike; a
     completion too long for the judge's context fails and gets the failed reward."""
     reward_fn = radmatch_reward(judge=local_judge, judge_cache_dir=str(shared_answer_cache))

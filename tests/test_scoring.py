@@ -1,4 +1,4 @@
-"""SCORING.md sections 2, 3 and 5: repairs, units, outcomes, tiers and pair scores."""
+"""docs/scoring.md sections 2, 3 and 5: repairs, units, outcomes, tiers and pair scores."""
 
 import pytest
 

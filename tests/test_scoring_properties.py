@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from builders import record
 from radmatch.recompute import score_record
-from radmatch.records import parse_record
+from radmatch.record_io import parse_record
 from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
 
 STATUS = st.sampled_from(["normal", "abnormal"])
@@ -213,7 +213,7 @@ def test_evidence_search_follows_the_normalised_rule(pieces, evidence):
     evidence = evidence + pieces[:1]  # a quote cut from the report, verbatim
     haystack = normalise_text(report)
     quotes = [normalise_text(q) for q in evidence if normalise_text(q)]
-    expected = bool(quotes) and all(q in haystack for q in quotes)  # SCORING.md 5, literally
+    expected = bool(quotes) and all(q in haystack for q in quotes)  # docs/scoring.md 5, literally
     assert _QuoteFinder(report).attributes(evidence) is expected
 
 

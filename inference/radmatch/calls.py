@@ -49,7 +49,7 @@ class RunStats:
 
     pairs: int = 0
     failed: int = 0
-    judge_calls: int = 0  # requests sent, retries included
+    judge_calls: int = 0  # answers the judge gave (valid or not), retries included
     cached_calls: int = 0  # answers from the cache or from another pair's call
     started: float = field(default_factory=time.perf_counter)
 
@@ -182,8 +182,8 @@ class JudgeCalls:
         while True:
             attempts += 1
             try:
-                self.stats.judge_calls += 1
                 result = await self.judge.generate(messages, schema, max_tokens=max_tokens)
+                self.stats.judge_calls += 1
                 answer = validator.model_validate_json(result.text)
             except (ValidationError, InvalidAnswerError) as exc:
                 invalid += 1

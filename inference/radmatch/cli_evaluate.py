@@ -38,8 +38,14 @@ def _rows(args: argparse.Namespace):
         yield (item.pair_id or str(position)), where, item
 
 
+SHOWN_PROBLEMS = 20
+
+
 def _scan(args: argparse.Namespace) -> tuple[int, int]:
-    """Read the input once: (rows, bad rows). Raises ValueError for a repeated pair_id."""
+    """Read the input once: (rows, bad rows), naming the first bad rows on stderr.
+
+    Raises ValueError for a repeated pair_id: nothing has been written yet.
+    """
     first_seen: dict[str, str] = {}
     rows = bad = 0
     for pair_id, where, item in _rows(args):
@@ -50,7 +56,10 @@ def _scan(args: argparse.Namespace) -> tuple[int, int]:
             )
         first_seen[pair_id] = where
         rows += 1
-        bad += not _is_pair(item)
+        if not _is_pair(item):
+            bad += 1
+            if bad <= SHOWN_PROBLEMS:
+                print(f"{args.input}: {where}: {item.message}", file=sys.stderr)
     return rows, bad
 
 

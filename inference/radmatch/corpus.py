@@ -1,4 +1,4 @@
-"""Corpus scores over records (SCORING.md section 6).
+"""Corpus scores over records (docs/scoring.md section 6).
 
 Counts are summed over scored records; safety and attribution numerators and
 denominators are pooled (micro average) with 95 % Wilson intervals; failed records

@@ -3,7 +3,7 @@
 The prefix (system instructions, then each exemplar as a user/assistant turn) is
 byte-identical across calls of one stage and modality, so a server's prefix cache
 serves it; the pair-specific user message comes last. When the prompt and the answer
-budget do not fit the judge's context, exemplars are dropped from the end (JUDGE.md
+budget do not fit the judge's context, exemplars are dropped from the end (docs/judge.md
 rule 7); the number used is returned for the record.
 """
 

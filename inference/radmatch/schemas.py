@@ -6,7 +6,7 @@ gives both the JSON schema a judge is constrained to (its grammar caps) and the
 model an answer is validated by, once, when it arrives (`validation_models`: the
 tighter of the grammar caps and the canonical caps of `CANONICAL_LIMITS`).
 
-Why caps differ by judge (JUDGE.md rule 8, docs/judge.md): a grammar backend that
+Why caps differ by judge (docs/judge.md rule 8): a grammar backend that
 compiles a schema to an automaton (Outlines, in process and in vLLM) pays for every
 bounded repetition; on 2 cores the extraction schema with 60 findings and bounded
 strings took 103 s to compile, with only inner lists bounded 3.6 s, and vLLM gives up

@@ -9,7 +9,7 @@ few-shot directory (see `fewshot_dir`), each
 
 where `input` is what the pipeline puts in the user message and `output` validates
 against the stage's answer model. `prompt_version` hashes both, so that a record can
-name the exact prompt that produced it (JUDGE.md rule 6).
+name the exact prompt that produced it (docs/judge.md rule 6).
 
 >>> load_instructions("match").startswith("# Stage: finding matching")
 True

@@ -1,4 +1,4 @@
-"""The pure scoring core: stage answers in, scores out (SCORING.md). No I/O, no judge."""
+"""The pure scoring core: stage answers in, scores out (docs/scoring.md). No I/O, no judge."""
 
 from radmatch.scoring.results import Scores
 from radmatch.scoring.score import score_pair

@@ -1,4 +1,4 @@
-"""Deterministic comparators of a matched unit (SCORING.md section 4).
+"""Deterministic comparators of a matched unit (docs/scoring.md section 4).
 
 Status and comparison are compared per row; measurements are pooled per unit and
 paired by an optimal assignment within one category and unit family.
@@ -92,7 +92,7 @@ class Value(NamedTuple):
 
     @property
     def family(self) -> Family:
-        """Values pair only within one family (SCORING.md 4, measurements rule 3)."""
+        """Values pair only within one family (docs/scoring.md 4, measurements rule 3)."""
         return _family(self.category, self.unit)
 
 

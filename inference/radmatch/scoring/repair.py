@@ -1,4 +1,4 @@
-"""Deterministic repair of the judge's matching answer (SCORING.md section 2).
+"""Deterministic repair of the judge's matching answer (docs/scoring.md section 2).
 
 The record keeps the answer as the judge gave it; every change made here is
 written, as a short sentence, into the record's `repairs`.

@@ -1,4 +1,4 @@
-"""What scoring produces for one pair (SCORING.md section 5).
+"""What scoring produces for one pair (docs/scoring.md section 5).
 
 Plain slotted dataclasses: the scoring core builds dozens per pair, and these cost
 a fraction of a validated model. Pydantic still validates them when a record is

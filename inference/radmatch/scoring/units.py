@@ -1,4 +1,4 @@
-"""Evaluation units from repaired matching (SCORING.md section 3)."""
+"""Evaluation units from repaired matching (docs/scoring.md section 3)."""
 
 from __future__ import annotations
 
