@@ -79,7 +79,7 @@ def make_record(
         judge={
             "backend": "scripted",
             "model": "fixture",
-            "prompt_version": "test",
+            "prompt_version": {"extract": "test"},
             "fewshot_set": "chest_xray",
         },
         **extra,

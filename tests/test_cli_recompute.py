@@ -10,6 +10,7 @@ from builders import f, fig3_record, matching, record
 from radmatch.corpus import summarize, wilson_interval
 from radmatch.record_io import parse_record, read_records
 from radmatch.records import SCHEMA_VERSION
+from radmatch.vocabulary import STAGES
 
 
 def run_cli(*args, check=False):
@@ -79,7 +80,7 @@ def test_unknown_schema_version_gets_a_clear_error(tmp_path):
     write_jsonl(src, [json.dumps(data)])
     proc = run_cli("summary", str(src))
     assert proc.returncode == 1
-    assert "schema_version 2 is not supported" in proc.stderr
+    assert f"schema_version {SCHEMA_VERSION + 1} is not supported" in proc.stderr
 
 
 def test_failed_pairs_are_counted_apart_and_never_scored(tmp_path):
@@ -158,20 +159,22 @@ def test_record_round_trip_keeps_the_contract_keys():
 def test_old_schema_versions_go_through_the_migration_list(monkeypatch):
     import radmatch.records as records
 
-    def v1_to_v2(data):
+    def v2_to_v3(data):
         data = dict(data)
-        data["flags"] = data.get("flags", []) + ["migrated from v1"]
+        data["flags"] = data.get("flags", []) + ["migrated from v2"]
         return data
 
-    monkeypatch.setattr(records, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(records.MIGRATIONS, 1, v1_to_v2)
+    monkeypatch.setattr(records, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(records.MIGRATIONS, 2, v2_to_v3)
     data = json.loads(fig3_record().to_json())
     data["schema_version"] = 1
-    rec = records.parse_record(json.dumps(data))
-    assert rec.schema_version == 2 and rec.flags == ["migrated from v1"]
+    data["judge"]["prompt_version"] = "v1-0123456789ab"  # version 1 documented one string
+    rec = parse_record(json.dumps(data))
+    assert rec.schema_version == 3 and rec.flags == ["migrated from v2"]
+    assert rec.judge.prompt_version == {stage: "v1-0123456789ab" for stage in STAGES}
     data["schema_version"] = 0
-    with pytest.raises(records.UnknownSchemaVersion, match="reads versions 1 to 2"):
-        records.parse_record(json.dumps(data))
+    with pytest.raises(records.UnknownSchemaVersion, match="reads versions 1 to 3"):
+        parse_record(json.dumps(data))
 
 
 @pytest.mark.parametrize("stored", [None, {"actionable_errors": 99}, [1, 2], "garbage", 7])

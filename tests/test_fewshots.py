@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 from radmatch import prompts as P
-from radmatch.schemas import ExtractionAnswer, GradingAnswer, MatchingAnswer
+from radmatch.schemas import ANSWER_MODELS
+
+ExtractionAnswer = ANSWER_MODELS["extract"]
+MatchingAnswer = ANSWER_MODELS["match"]
+GradingAnswer = ANSWER_MODELS["grade"]
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = [(m, s) for m in P.MODALITIES for s in P.STAGES]

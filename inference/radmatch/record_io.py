@@ -16,7 +16,8 @@ from typing import Any, Iterator, Optional, TextIO, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from radmatch.records import SCHEMA_VERSION, Record, migrate
+from radmatch import records as _records
+from radmatch.records import Record, migrate
 
 PRIVATE_FILE_MODE = 0o600
 
@@ -52,7 +53,7 @@ def parse_record(line: Union[str, dict[str, Any]], *, ignore_scores: bool = Fals
         try:  # fast path: the current version, validated straight from JSON
             model = _RecordToRescore if ignore_scores else Record
             record = model.model_validate_json(line)
-            if record.schema_version == SCHEMA_VERSION:
+            if record.schema_version == _records.SCHEMA_VERSION:
                 return record.as_record() if isinstance(record, _RecordToRescore) else record
         except ValidationError:
             pass  # re-parsed below, so that a version error wins over field errors

@@ -207,7 +207,7 @@ def pair_view(record: Record) -> dict[str, Any]:
             "units": units,
             "repairs": repairs,
             "flags": list(record.flags),
-            "judge": {str(k): _scalar(v) for k, v in record.judge.items()},
+            "judge": {str(k): _scalar(v) for k, v in record.judge.model_dump().items()},
         },
     }
     return view
