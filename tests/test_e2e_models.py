@@ -116,3 +116,27 @@ def test_vllm_server_enforces_the_schema_and_the_pipeline_scores(vllm_server, pa
     text = free.choices[0].message.content
     with pytest.raises(Exception):
         schema.model_validate_json(text)
+
+
+def test_an_abandoned_generation_stops_at_once(local_judge):
+    """A cancelled call (Ctrl-C, a closed evaluator) must not keep generating behind our back."""
+    import asyncio
+    import threading
+    import time
+
+    schema = answer_models(SMALL_MODEL_LIMITS).extract
+    messages = build_messages("extract", "chest_xray", {"report": "Small left effusion. " * 20, "indication": None})
+    local_judge._generator(schema)  # compile the grammar outside the timed part
+
+    async def start_then_cancel():
+        task = asyncio.ensure_future(local_judge.generate(messages, schema, max_tokens=1700))
+        await asyncio.sleep(4)  # generating by now
+        cancelled_at = time.perf_counter()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task  # returns once the worker thread has stopped
+        return time.perf_counter() - cancelled_at
+
+    took = asyncio.run(start_then_cancel())
+    assert took < 15, f"the generation went on for {took:.1f} s after it was abandoned"
+    assert not [t for t in threading.enumerate() if t.name.startswith("asyncio_") and t.is_alive()]

@@ -24,14 +24,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pytest
 
 from radmatch import Evaluator, JudgeConfig, PairInput
-from radmatch.metric import (
-    MetricScorer,
-    add_install_metric_parser,
-    install_metric,
-    make_pairs,
-    script_path,
-    split_init_kwargs,
-)
+from radmatch.metric import MetricScorer, make_pairs, split_init_kwargs
+from radmatch.metric_install import add_install_metric_parser, install_metric, script_path
 from radmatch.record_io import read_records
 from radmatch.testing.scripted import RecordingJudge, ScriptedJudge
 

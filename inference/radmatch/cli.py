@@ -119,7 +119,7 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands defined next to their code; each module imports only what parsing needs."""
     from radmatch.cli_evaluate import add_evaluate_parser
     from radmatch.dashboard import add_dashboard_parser
-    from radmatch.metric import add_install_metric_parser
+    from radmatch.metric_install import add_install_metric_parser
 
     return [add_evaluate_parser, add_dashboard_parser, add_install_metric_parser]
 

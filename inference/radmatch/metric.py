@@ -1,4 +1,4 @@
-"""What `radmatch_metric.py` (the `evaluate` metric) delegates to, and `radmatch install-metric`.
+"""What `radmatch_metric.py` (the `evaluate` metric) delegates to.
 
 The metric file holds metadata only; this module turns `compute()` inputs into
 `PairInput`s, runs them through one `Evaluator` per metric instance, and shapes the
@@ -24,22 +24,17 @@ its distributed timeout), hence `judge_cache_dir` and `timeout_s` here.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import inspect
 import json
 import logging
 import os
-import shutil
-import sys
-import tempfile
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from radmatch.config import ENV_VARS, JudgeConfig
 from radmatch.corpus import summarize
+from radmatch.metric_install import script_path  # noqa: F401  (documented: radmatch.metric.script_path())
 from radmatch.pipeline import Evaluator
 from radmatch.record_io import RecordWriter
 from radmatch.records import PairInput, Record
@@ -47,7 +42,6 @@ from radmatch.vocabulary import MODALITIES
 
 log = logging.getLogger(__name__)
 
-METRIC_NAME = "radmatch"
 RECORDS_PATH_ENV = "RADMATCH_RECORDS_PATH"
 # Metric option -> JudgeConfig field, where the names differ.
 _RENAMED = {"judge_cache_dir": "cache_dir"}
@@ -257,90 +251,3 @@ def metric_output(records: list[Record], *, judge_calls: int | None = None) -> d
     if judge_calls is not None:
         output["judge_calls"] = judge_calls
     return output
-
-
-# ---------------------------------------------------------------------------- install
-
-
-def script_path() -> str:
-    """The metric script: `radmatch/radmatch_metric.py` in a wheel, the checkout's otherwise.
-
-    A string, as `evaluate.load` needs: ``evaluate.load(radmatch.metric.script_path())``
-    loads the installed metric.
-    """
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "radmatch_metric.py", here.parents[1] / "radmatch_metric.py"):
-        if candidate.is_file():
-            return str(candidate)
-    raise FileNotFoundError(
-        "radmatch_metric.py is neither in the installed package nor in a checkout next to "
-        "it; reinstall radmatch ('pip install radmatch[metric]')"
-    )
-
-
-def modules_cache_default() -> Path:
-    """evaluate's modules cache: $HF_MODULES_CACHE, else $HF_HOME/modules (as evaluate reads it)."""
-    try:
-        from evaluate import config
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError("the metric needs evaluate: pip install 'radmatch[metric]'") from exc
-    return Path(config.HF_MODULES_CACHE)
-
-
-def install_metric(modules_cache: Path | None = None) -> Path:
-    """Place the metric script where evaluate resolves a bare `evaluate.load("radmatch")`.
-
-    Offline, evaluate looks for `<modules cache>/evaluate_modules/metrics/
-    evaluate-metric--radmatch/<64 hex>/radmatch.py` (the newest one wins). The hash is
-    the script's sha256; earlier installs in that folder are removed. Returns the path.
-    """
-    data = Path(script_path()).read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    root = Path(modules_cache).expanduser() if modules_cache else modules_cache_default()
-    home = root / "evaluate_modules" / "metrics" / f"evaluate-metric--{METRIC_NAME}"
-    home.mkdir(parents=True, exist_ok=True)
-    for folder in (root, root / "evaluate_modules", home.parent, home):
-        (folder / "__init__.py").touch(exist_ok=True)
-    for old in home.iterdir():
-        if old.is_dir() and len(old.name) == 64 and old.name != digest:
-            shutil.rmtree(old, ignore_errors=True)
-    target_dir = home / digest
-    target_dir.mkdir(exist_ok=True)
-    (target_dir / "__init__.py").touch(exist_ok=True)
-    target = target_dir / f"{METRIC_NAME}.py"
-    fd, tmp = tempfile.mkstemp(dir=target_dir, suffix=".tmp")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, target)  # also refreshes the mtime evaluate sorts by
-    return target
-
-
-def cmd_install_metric(args: argparse.Namespace) -> int:
-    try:
-        target = install_metric(Path(args.modules_cache) if args.modules_cache else None)
-    except (OSError, ImportError) as exc:
-        print(f"radmatch: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"installed the RadMatch metric at {target}")
-    print("load it with: evaluate.load(\"radmatch\")  (works with HF_EVALUATE_OFFLINE=1)")
-    return 0
-
-
-def add_install_metric_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `radmatch install-metric` (cli.py's `_extra_commands`)."""
-    p = subparsers.add_parser(
-        "install-metric",
-        help="make evaluate.load(\"radmatch\") work, offline included",
-        description="Copy the RadMatch metric script into the Hugging Face evaluate "
-        "modules cache, so that evaluate.load(\"radmatch\") finds it from any directory, "
-        "with HF_EVALUATE_OFFLINE=1 and without the Hub. Run it again after upgrading "
-        "radmatch. Without it, load the metric with "
-        "evaluate.load(radmatch.metric.script_path()).",
-    )
-    p.add_argument(
-        "--modules-cache",
-        metavar="DIR",
-        help="evaluate's modules cache (default: $HF_MODULES_CACHE, else $HF_HOME/modules, "
-        "else ~/.cache/huggingface/modules)",
-    )
-    p.set_defaults(func=cmd_install_metric)

@@ -67,7 +67,7 @@ def fit_messages(
         if needed <= window:
             return messages, n
     raise ContextBudgetError(
-        f"{stage}: the pair needs {needed} tokens ({needed - max_tokens} prompt without "
+        f"the pair needs {needed} tokens ({needed - max_tokens} prompt without "
         f"exemplars + {max_tokens} for the answer), more than the judge's context of "
         f"{window}; use a judge with a longer context"
     )
