@@ -1,7 +1,8 @@
 """Content-addressed store of judge answers, plus in-flight sharing within a run.
 
-Key: sha256 over the canonical JSON of (model, backend, prompt version, messages,
-schema, max_tokens). A rerun with the same inputs costs no judge call; a reference
+Key: sha256 over the canonical JSON of (model, backend, prompt version, exemplars sent,
+the pair's own message, schema, max_tokens): the prompt version hashes the instructions
+and exemplars, so with the exemplar count it stands for the static prefix. A rerun with the same inputs costs no judge call; a reference
 shared by many candidates is extracted once even when its calls overlap in time.
 
 The store holds judge answers, which are derived from report text: it lives on the
@@ -19,7 +20,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 
-CACHE_FORMAT = "radmatch-judge-cache-v1"
+CACHE_FORMAT = "radmatch-judge-cache-v2"
 MEMO_ENTRIES = 2048  # answers kept in memory; the disk store holds the rest
 
 

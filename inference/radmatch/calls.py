@@ -14,6 +14,8 @@ retried once; any other judge error fails the stage at once.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import random
 import time
@@ -129,12 +131,13 @@ class JudgeCalls:
             )
         except JudgeError as exc:  # the context budget: retrying cannot help
             raise StageFailed(Failure(stage=stage, cause=str(exc))) from None
-        key = cache_key(
+        key = cache_key(  # the prompt version and the exemplar count settle the static prefix
             model=self.judge.model,
             backend=self.judge.backend,
             prompt_version=self.prompt_version(stage, modality),
-            messages=messages,
-            schema=_schema_json(schema),
+            exemplars=spend.exemplars[stage],
+            pair_message=messages[-1]["content"],
+            schema=_schema_digest(schema),
             max_tokens=max_tokens,
         )
         answer = self._stored(key, validator)
@@ -214,8 +217,9 @@ class JudgeCalls:
 
 
 @lru_cache(maxsize=512)
-def _schema_json(schema: type[BaseModel]) -> dict[str, Any]:
-    return schema.model_json_schema()
+def _schema_digest(schema: type[BaseModel]) -> str:
+    canonical = json.dumps(schema.model_json_schema(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _invalid_cause(stage: str, exc: Exception) -> str:

@@ -3,9 +3,10 @@
 Outlines turns each answer model into the request field that constrains decoding,
 once per model: `structured_outputs` for vLLM (its Outlines or xgrammar backend
 enforces the schema on the server), `response_format` json_schema for a hosted API.
-The request itself is a plain httpx POST of a body whose other fields are fixed for
+The request itself is a plain aiohttp POST of a body whose other fields are fixed for
 the run, so one call costs a `json.dumps` and the network, not a rebuild of the
-schema and an SDK's parameter transforms.
+schema and an SDK's parameter transforms. (aiohttp, not httpx: httpx's pool scans
+every connection for every request, which made 64 calls in flight CPU-bound.)
 
 Faults are sorted here, at one point: connection errors, timeouts, 408/429/5xx and a
 cut-off or unreadable 200 body are transient (429's Retry-After is kept); 4xx are
@@ -19,6 +20,7 @@ a log line, an error or a repr.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import time
@@ -59,18 +61,18 @@ class OpenAICompatibleJudge:
         thinking: Optional[bool] = None,
         context_window: Optional[int] = None,
         allow_remote: bool = False,
-        http_client: Any = None,
+        session: Any = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"The 'backend' parameter must be one of {list(BACKENDS)}; got {backend!r}")
         self.base_url = check_url(base_url)
         check_endpoint(self.base_url, allow_remote=allow_remote)
         try:
-            import httpx  # noqa: F401
+            import aiohttp  # noqa: F401
             import outlines  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
-                "the server judge needs outlines and httpx: pip install 'radmatch[judge]'"
+                "the server judge needs outlines and aiohttp: pip install 'radmatch[judge]'"
             ) from exc
         self.backend = backend
         self.model = model
@@ -80,8 +82,8 @@ class OpenAICompatibleJudge:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._http = http_client
-        self._owns_http = http_client is None
+        self._http = session  # an aiohttp.ClientSession, made on first use unless given
+        self._owns_http = session is None
         self._fixed: dict[str, Any] = {"model": model, "temperature": temperature}
         if thinking is not None:
             self._fixed["chat_template_kwargs"] = {"enable_thinking": thinking}
@@ -92,12 +94,13 @@ class OpenAICompatibleJudge:
 
     def _client(self) -> Any:
         if self._http is None:
-            import httpx
+            import aiohttp
 
-            self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s), pool=None),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),  # the run loop bounds the calls
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=min(10.0, self.timeout_s)),
                 trust_env=self._allow_proxy,
+                auto_decompress=True,
             )
         return self._http
 
@@ -121,16 +124,16 @@ class OpenAICompatibleJudge:
         self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
     ) -> JudgeResult:
         payload = json.dumps(self.request_body(messages, schema, max_tokens), ensure_ascii=False)
-        response = await self._post("/chat/completions", payload.encode("utf-8"))
+        content = await self._post("/chat/completions", payload.encode("utf-8"))
         try:
-            data = json.loads(response.content)
+            data = json.loads(content)
             choice = data["choices"][0]
             message = choice["message"]
             text, refusal = message.get("content"), message.get("refusal")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise TransientJudgeError(
                 f"the server's HTTP 200 answer was cut off or is not a chat completion "
-                f"({len(response.content)} bytes)"
+                f"({len(content)} bytes)"
             ) from None
         if refusal:
             raise InvalidAnswerError("the judge refused to answer")
@@ -149,30 +152,32 @@ class OpenAICompatibleJudge:
             ),
         )
 
-    async def _post(self, path: str, payload: bytes) -> Any:
-        import httpx
+    async def _post(self, path: str, payload: bytes) -> bytes:
+        """The body of a 200 answer; any other outcome raises the matching JudgeError."""
+        import aiohttp
 
         started = time.perf_counter()
         try:
-            response = await self._client().post(self.base_url + path, content=payload, headers=self._headers)
-        except httpx.TimeoutException as exc:
+            async with self._client().post(self.base_url + path, data=payload, headers=self._headers) as response:
+                status, headers = response.status, response.headers
+                content = await response.read()
+        except asyncio.TimeoutError:
             raise TransientJudgeError(
-                f"no answer from the judge server within {self.timeout_s:g} s ({type(exc).__name__})"
+                f"no answer from the judge server within {self.timeout_s:g} s (timeout)"
             ) from None
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:  # refused, reset, a body cut short
             took = time.perf_counter() - started
             raise TransientJudgeError(
                 f"the connection to the judge server failed after {took:.1f} s "
                 f"({type(exc).__name__}: {str(exc)[:120] or 'no detail'})"
             ) from None
-        if response.status_code == 200:
-            return response
-        detail = _server_message(response)
-        status = response.status_code
+        if status == 200:
+            return content
+        detail = _server_message(content)
         if status == 429 or status == 408 or status >= 500:
             raise TransientJudgeError(
                 f"HTTP {status} from the judge server: {detail}",
-                retry_after=_retry_after(response.headers.get("retry-after")),
+                retry_after=_retry_after(headers.get("Retry-After")),
             )
         if status in (401, 403):
             raise JudgeError(f"HTTP {status} from the judge server: the API key was refused; {KEY_HINT}")
@@ -180,24 +185,26 @@ class OpenAICompatibleJudge:
 
     async def check(self) -> None:
         """Pre-flight: the server answers and serves this model, or JudgeUnavailable says the fix."""
-        import httpx
+        import aiohttp
 
         where = f"the judge server at {self.base_url}"
         try:
-            response = await self._client().get(
-                self.base_url + "/models", headers=self._headers, timeout=min(self.timeout_s, 10.0)
-            )
-        except httpx.HTTPError as exc:
+            async with self._client().get(
+                self.base_url + "/models", headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=min(self.timeout_s, 10.0)),
+            ) as response:
+                status, content = response.status, await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise JudgeUnavailable(
                 f"cannot reach {where} ({type(exc).__name__}); start it (serve/start_vllm.sh) "
                 "or correct --base-url"
             ) from None
-        if response.status_code in (401, 403):
-            raise JudgeUnavailable(f"{where} refused the API key (HTTP {response.status_code}); {KEY_HINT}")
-        if response.status_code != 200:
+        if status in (401, 403):
+            raise JudgeUnavailable(f"{where} refused the API key (HTTP {status}); {KEY_HINT}")
+        if status != 200:
             return  # some compatible servers list no models; the first call will tell
         try:
-            served = [m["id"] for m in response.json()["data"]]
+            served = [m["id"] for m in json.loads(content)["data"]]
         except (ValueError, KeyError, TypeError):
             return
         if self.model not in served:
@@ -205,17 +212,18 @@ class OpenAICompatibleJudge:
 
     async def aclose(self) -> None:
         if self._http is not None and self._owns_http:
-            await self._http.aclose()
+            await self._http.close()
             self._http = None
 
 
-def _server_message(response: Any) -> str:
+def _server_message(content: bytes) -> str:
     """The server's own error text, short (it never holds the key; it may name the model)."""
+    text = content.decode("utf-8", errors="replace")
     try:
-        error = response.json().get("error")
-        text = error.get("message") if isinstance(error, dict) else error or response.text
+        error = json.loads(text).get("error")
+        text = error.get("message") if isinstance(error, dict) else error or text
     except (ValueError, AttributeError):
-        text = response.text
+        pass
     return (str(text).strip() or "no detail")[:200]
 
 
