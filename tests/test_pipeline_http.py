@@ -342,3 +342,49 @@ def test_streaming_keeps_at_most_concurrency_pairs_in_flight(tmp_path):
     assert stats.pairs == 8 and len(done) == 8 and all(r.scores is not None for r in done)
     # pair i is read only when at most one earlier pair is still running
     assert all(i - finished <= 2 for i, finished in enumerate(pulled))
+
+
+# ---------------------------------------------------------------------- several servers
+
+
+def test_calls_spread_over_two_servers_and_survive_losing_one_midway(tmp_path):
+    import subprocess
+    import sys
+
+    from radmatch.judges.pool import JudgePool
+
+    killed = subprocess.Popen([sys.executable, "-m", "radmatch.testing.fake_server", "--port", "0",
+                               "--latency", "0.05"], stdout=subprocess.PIPE, text=True)
+    try:
+        first_url = killed.stdout.readline().strip()
+        many = [PairInput(reference=REFERENCE.replace("12 mm", f"{n} mm"), candidate=c, pair_id=f"{n}-{i}")
+                for n in range(10, 16) for i, c in enumerate(CANDIDATES)]
+        with StubServer(latency_s=0.05) as second:
+            config = JudgeConfig.from_env({}, base_url=f"{first_url},{second.base_url}", model="stub-judge",
+                                          cache=False, concurrency=4)
+            done = []
+
+            def on_record(record):
+                done.append(record)
+                if len(done) == 6:
+                    killed.kill()  # one workstation goes away mid-run
+
+            with Evaluator.from_config(config) as evaluator:
+                assert isinstance(evaluator.judge, JudgePool)
+                evaluator.check()
+                evaluator.run(many, on_record=on_record)
+                drained = evaluator.judge._drained_until
+            served_by_second = len(second.chat_requests())
+    finally:
+        killed.kill()
+    assert len(done) == len(many) and all(r.scores is not None for r in done)
+    assert drained[0] > 0 and drained[1] == 0  # the lost server was drained, the other never
+    assert served_by_second > 0
+
+
+def test_a_pool_whose_servers_are_all_down_stops_at_the_preflight():
+    from radmatch.judges.base import JudgeUnavailable
+
+    config = JudgeConfig.from_env({}, base_url="http://127.0.0.1:9/v1, http://127.0.0.1:7/v1")
+    with Evaluator.from_config(config) as evaluator, pytest.raises(JudgeUnavailable, match="no judge server answers"):
+        evaluator.check()

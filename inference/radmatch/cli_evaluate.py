@@ -194,7 +194,8 @@ def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
     j.add_argument("--modality", help="few-shot set: chest_xray (default), chest_ct, "
                    "abdomen_pelvis_ct, head_ct, brain_mri")
     j.add_argument("--backend", choices=["auto", "vllm", "hosted", "transformers"])
-    j.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    j.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1; "
+                   "several comma-separated servers of the same model share the calls")
     j.add_argument("--model", help="served model name (default radmatch-judge)")
     j.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key "
                    "(default RADMATCH_API_KEY); the key itself is never a flag")

@@ -132,14 +132,27 @@ class JudgeConfig(BaseModel):
             )
         from radmatch.judges.openai_compat import OpenAICompatibleJudge
 
-        return OpenAICompatibleJudge(
-            base_url=self.base_url,
-            model=self.model,
-            api_key=os.environ.get(self.api_key_env),
-            backend=backend,
-            timeout_s=self.timeout_s,
-            temperature=self.temperature,
-            thinking=self.thinking,
-            context_window=self.context_window,
-            allow_remote=self.allow_remote_endpoint,
-        )
+        judges = [
+            OpenAICompatibleJudge(
+                base_url=url,
+                model=self.model,
+                api_key=os.environ.get(self.api_key_env),
+                backend=backend,
+                timeout_s=self.timeout_s,
+                temperature=self.temperature,
+                thinking=self.thinking,
+                context_window=self.context_window,
+                allow_remote=self.allow_remote_endpoint,
+            )
+            for url in self.base_urls
+        ]
+        if len(judges) == 1:
+            return judges[0]
+        from radmatch.judges.pool import JudgePool
+
+        return JudgePool(judges)
+
+    @property
+    def base_urls(self) -> list[str]:
+        """`base_url` may name several servers of the same model, comma-separated."""
+        return [url.strip() for url in (self.base_url or "").split(",") if url.strip()]
