@@ -70,7 +70,9 @@ class AnswerCache:
         if self.directory is None:
             return
         path = self._path(key)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.directory.is_dir():  # owner-only: entry names derive from report text
+            self.directory.mkdir(mode=0o700, parents=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(entry, handle, ensure_ascii=False)

@@ -205,8 +205,9 @@ def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
     j.add_argument("--concurrency", type=int,
                    help="pairs in flight (default 8 with a server, 1 for the in-process judge)")
     j.add_argument("--timeout", type=float,
-                   help="seconds per server call (default 300; the in-process judge has none)")
-    j.add_argument("--retries", type=int, help="attempts per judge call on transient errors (default 3)")
+                   help="seconds for one server call, whole (default 300; the in-process judge has none)")
+    j.add_argument("--retries", type=int, help="attempts per judge call on transient errors (default 3); "
+                   "an answer that does not fit its schema gets one more try")
     j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                    help="turn a reasoning model's thinking on or off (server default if unset)")
     j.add_argument("--context-window", type=int, help="judge context in tokens, for the budget")
