@@ -4,12 +4,13 @@
 #
 # Usage:
 #   serve/start_vllm.sh [options]                start the judge (foreground)
-#   serve/start_vllm.sh --dry-run [options]      print the command and environment only
+#   serve/start_vllm.sh --dry-run [options]      print the plan, the command and its
+#                                                environment; starts and writes nothing
 #   serve/start_vllm.sh --check-only [--url URL] [--api-key-file F] [--model NAME]
 #                                                check an already running judge
 #
 # Options (environment variable in brackets):
-#   --profile NAME       model profile from the table below [RADMATCH_PROFILE]
+#   --profile NAME       model profile from the table printed below [RADMATCH_PROFILE]
 #   --model-dir DIR      local weights folder; default: the profile's model in
 #                        the local Hugging Face cache [RADMATCH_MODEL_DIR]
 #   --host ADDR          bind address (default 127.0.0.1) [RADMATCH_HOST]
@@ -18,7 +19,10 @@
 #   --api-key-file F     file holding the API key; created (mode 0600) when the
 #                        server binds beyond loopback and no key is given
 #                        [RADMATCH_API_KEY_FILE; the key itself: RADMATCH_API_KEY]
-#   --tp N               tensor parallelism (default: from the GPUs found)
+#   --tp N               GPUs per replica of the model (tensor parallelism: 1, 2, 4
+#                        or 8); default: the fewest whose memory holds it [RADMATCH_TP]
+#   --dp N               replicas (data parallelism), one API server in front of them;
+#                        default: as many as the GPUs allow, GPUs / tp [RADMATCH_DP]
 #   --max-model-len N    context per request (default 16384) [RADMATCH_MAX_MODEL_LEN]
 #   --log-file F         server log [RADMATCH_LOG_FILE]
 #                        (default ~/.local/state/radmatch/radmatch-judge.log)
@@ -26,20 +30,26 @@
 #                        (default http://127.0.0.1:8000)
 #   -h, --help
 #
-# Other environment: VLLM_PYTHON (the python that has vllm; default serve/.venv,
-# else python3), GPU_MEMORY_UTILIZATION (default 0.92), HF_HOME / HF_HUB_CACHE.
+# Other environment: VLLM_PYTHON (the python of the venv that has vllm; the script
+# runs `vllm serve` with the `vllm` next to it; default serve/.venv/bin/vllm, else
+# `vllm` on PATH), GPU_MEMORY_UTILIZATION (default 0.92), HF_HOME / HF_HUB_CACHE.
 #
 # Exit codes: 0 ready (or dry run printed); 2 usage; 3 the GPUs cannot hold the
-# profile; 4 weights not found; 5 the server did not come up; 6 it came up but
-# failed the readiness check (see serve/check_judge.py for its own codes).
+# profile; 4 weights or the vllm executable not found; 5 the server did not come
+# up; 6 it came up but failed the readiness check (see serve/check_judge.py for
+# its own codes).
 set -euo pipefail
 
 # ---- Model profiles --------------------------------------------------------
 # name | Hugging Face id | weights MiB | KV floor MiB | description
 #   weights: held on the GPUs after online FP8 quantisation (FP8 linear layers,
-#            BF16 embedding), summed over all GPUs; split evenly by tensor parallelism.
+#            BF16 embedding), per replica; split evenly over its tp GPUs.
 #   KV floor: the least FP8 KV cache worth serving with (a few concurrent
-#            RadMatch calls at --max-model-len); also split by tensor parallelism.
+#            RadMatch calls at --max-model-len), per replica; also split over tp.
+# One replica fits on tp GPUs when, per GPU,
+#   weights / tp + RUNTIME_RESERVE_MIB + KV floor / tp <= GPU_MEMORY_UTILIZATION x GPU memory;
+# the script takes the smallest such tp from TP_CHOICES, then as many replicas
+# (data parallelism) as the GPUs allow: dp = floor(GPUs / tp).
 # gemma4-31b: 28.7 GB FP8 linear weights + 2.8 GB BF16 embedding = 31.5 GB = 30041 MiB.
 # gemma4-26b-a4b: estimated from ~25.2 B parameters at one byte plus a BF16
 #            embedding; check "Model loading took ... GiB" in the log on first start.
@@ -70,7 +80,8 @@ HOST=${RADMATCH_HOST:-127.0.0.1}
 PORT=${RADMATCH_PORT:-8000}
 SERVED_NAME=${RADMATCH_MODEL:-$DEFAULT_SERVED_NAME}
 API_KEY_FILE=${RADMATCH_API_KEY_FILE:-}
-TP=""
+TP=${RADMATCH_TP:-}
+DP=${RADMATCH_DP:-}
 MAX_MODEL_LEN=${RADMATCH_MAX_MODEL_LEN:-$DEFAULT_MAX_MODEL_LEN}
 LOG_FILE=${RADMATCH_LOG_FILE:-}
 CHECK_URL=""
@@ -79,20 +90,28 @@ GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
 # Filled in by the functions below.
 PROFILE_ID="" PROFILE_WEIGHTS_MIB=0 PROFILE_KV_MIB=0 PROFILE_DESC=""
 GPU_COUNT=0 GPU_MIN_MIB=0 GPU_NAME="" GPU_PROBLEM=""
-API_KEY="" API_KEY_SOURCE=""
+FIT_TP=0 TP_SOURCE="" DP_SOURCE="" IDLE_GPUS=0
+WEIGHTS_MISSING=0 VLLM_EXE="" VLLM_FOUND=0
+API_KEY="" API_KEY_SOURCE="" API_KEY_PENDING=""
 SERVER_PID=""
 CMD=()
 SERVER_ENV=()
 
 # ---- Helpers ----------------------------------------------------------------
-# The header comment above, up to `set -euo pipefail`, without its "# ".
-usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
+# The header comment above, up to `set -euo pipefail`, without its "# ", then
+# the profile table it refers to.
+usage() {
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"
+    echo
+    profile_table
+}
 
 log() {
     local line
     line="[radmatch-judge] $*"
     printf '%s\n' "$line" >&2
-    if [[ -n $LOG_FILE && -d $(dirname "$LOG_FILE") ]]; then
+    # A dry run writes nothing, not even to an existing log.
+    if [[ $MODE != dry-run && -n $LOG_FILE && -d $(dirname "$LOG_FILE") ]]; then
         printf '%s %s\n' "$(date '+%F %T')" "$line" >>"$LOG_FILE"
     fi
 }
@@ -126,6 +145,17 @@ mask_key() {
 
 # ---- Profiles ---------------------------------------------------------------
 profile_names() { awk 'NF { print $1 }' <<<"$PROFILES"; }
+
+profile_table() {
+    local name id weights kv desc
+    echo "Profiles (weights and KV floor per replica, split over its tp GPUs; each GPU also"
+    echo "needs $RUNTIME_RESERVE_MIB MiB runtime, all within GPU_MEMORY_UTILIZATION x its memory):"
+    printf '  %-16s %-27s %12s %13s  %s\n' profile "Hugging Face id" "weights MiB" "KV floor MiB" description
+    while read -r name id weights kv desc; do
+        [[ -n $name ]] || continue
+        printf '  %-16s %-27s %12s %13s  %s\n' "$name" "$id" "$weights" "$kv" "$desc"
+    done <<<"$PROFILES"
+}
 
 load_profile() {
     local name id weights kv desc
@@ -217,9 +247,14 @@ alternatives() {
     echo "    - or run the judge on another workstation and point RADMATCH_BASE_URL at it."
 }
 
-# Largest power of two <= the GPU count, or --tp; refuses when the GPUs cannot hold it.
-choose_tp() {
-    local tp=1 candidate need usable
+plural() { if (($1 == 1)) then echo "$1 $2"; else echo "$1 $2s"; fi; }
+
+# Tensor parallelism: the fewest GPUs (from TP_CHOICES) whose memory holds one
+# replica, or --tp. Data parallelism: as many replicas as the remaining GPUs
+# allow, floor(GPUs / tp), or --dp; GPUs left over stay idle. Refuses when the
+# GPUs cannot hold one replica. Sets TP, DP, FIT_TP and IDLE_GPUS.
+choose_parallelism() {
+    local tp candidate need usable largest=1
     if ((GPU_COUNT == 0)); then
         die 3 "no GPU: $GPU_PROBLEM.
   $PROFILE ($PROFILE_DESC) needs NVIDIA GPUs: $PROFILE_WEIGHTS_MIB MiB of FP8 weights plus
@@ -227,50 +262,134 @@ choose_tp() {
   Run this script on the GPU workstation. To try the client without a GPU, see
   scripts/setup_vllm_cpu.sh (CPU vLLM with a tiny model: structure only, not clinical quality)."
     fi
+    usable=$(usable_mib "$GPU_MIN_MIB")
+    FIT_TP=0
+    for candidate in "${TP_CHOICES[@]}"; do
+        ((candidate <= GPU_COUNT)) || break
+        largest=$candidate
+        need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$candidate")
+        if ((FIT_TP == 0 && need <= usable)); then
+            FIT_TP=$candidate
+        fi
+    done
     if [[ -n $TP ]]; then
         tp=$TP
         ((tp <= GPU_COUNT)) || die 2 "--tp $tp but only $GPU_COUNT GPU(s) found"
+    elif ((FIT_TP > 0)); then
+        tp=$FIT_TP
     else
-        for candidate in "${TP_CHOICES[@]}"; do
-            ((candidate <= GPU_COUNT)) && tp=$candidate
-        done
+        tp=$largest  # does not fit: refused below, with the arithmetic at this tp
     fi
     need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp")
-    usable=$(usable_mib "$GPU_MIN_MIB")
     if ((need > usable)); then
         die 3 "refusing to start: $PROFILE does not fit on $GPU_COUNT x $GPU_NAME ($GPU_MIN_MIB MiB) at tensor parallelism $tp.
 $(explain_memory "$tp")
 $(alternatives)"
     fi
     TP=$tp
+    if [[ -n $DP ]]; then
+        ((DP * TP <= GPU_COUNT)) \
+            || die 2 "--dp $DP x tensor parallelism $TP needs $((DP * TP)) GPUs but only $GPU_COUNT found"
+    else
+        DP=$((GPU_COUNT / TP))
+    fi
+    IDLE_GPUS=$((GPU_COUNT - TP * DP))
+}
+
+# The parallelism arithmetic in two plain lines, e.g.
+#   4 GPUs x 32607 MiB (NVIDIA GeForce RTX 5090, 29998 usable); one replica needs 2:
+#     (model 30041 + KV cache 4096) / 2 + runtime 1536 = 18605 MiB per GPU   [one line]
+#   TP 2 x DP 2 = 4 GPUs
+plan_lines() {
+    local usable need note=""
+    usable=$(usable_mib "$GPU_MIN_MIB")
+    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$FIT_TP")
+    echo "$(plural "$GPU_COUNT" GPU) x $GPU_MIN_MIB MiB ($GPU_NAME, $usable usable);" \
+        "one replica needs $FIT_TP: (model $PROFILE_WEIGHTS_MIB + KV cache $PROFILE_KV_MIB) / $FIT_TP" \
+        "+ runtime $RUNTIME_RESERVE_MIB = $need MiB per GPU"
+    if [[ -n $TP_SOURCE || -n $DP_SOURCE ]]; then
+        note=" (set by ${TP_SOURCE:+$TP_SOURCE $TP}${TP_SOURCE:+${DP_SOURCE:+, }}${DP_SOURCE:+$DP_SOURCE $DP})"
+    fi
+    if ((IDLE_GPUS > 0)); then
+        if [[ -n $DP_SOURCE ]]; then
+            note+="; $(plural "$IDLE_GPUS" GPU) left idle"
+        else
+            note+="; $(plural "$IDLE_GPUS" GPU) left idle ($GPU_COUNT is not a multiple of $TP)"
+        fi
+    fi
+    echo "TP $TP x DP $DP = $(plural $((TP * DP)) GPU)$note"
 }
 
 # ---- Weights ----------------------------------------------------------------
+hub_dir() { echo "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"; }
+hub_repo_dir() { echo "$(hub_dir)/models--${PROFILE_ID//\//--}"; }
+
 # --model-dir, else the profile's snapshot in the local Hugging Face cache.
+# Without weights (no config.json): a dry run notes it and goes on; a start stops.
 resolve_model_dir() {
-    local hub repo rev snap
+    local repo rev snap
     if [[ -z $MODEL_DIR ]]; then
-        hub=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}
-        repo="$hub/models--${PROFILE_ID//\//--}"
+        repo=$(hub_repo_dir)
         rev=""
         [[ -f $repo/refs/main ]] && rev=$(<"$repo/refs/main")
-        if [[ -n $rev && -d $repo/snapshots/$rev ]]; then
+        if [[ -n $rev && -f $repo/snapshots/$rev/config.json ]]; then
             snap=$repo/snapshots/$rev
         else
-            snap=$(find "$repo/snapshots" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | head -n 1 || true)
+            snap=$(find "$repo/snapshots" -mindepth 2 -maxdepth 2 -name config.json 2>/dev/null \
+                | sort | head -n 1 || true)
+            snap=${snap%/config.json}
         fi
-        MODEL_DIR=${snap:-$repo/snapshots/MISSING}
+        if [[ -z $snap ]]; then
+            WEIGHTS_MISSING=1
+        else
+            MODEL_DIR=$snap
+        fi
+    elif [[ ! -f $MODEL_DIR/config.json ]]; then
+        WEIGHTS_MISSING=1
     fi
-    if [[ ! -f $MODEL_DIR/config.json ]]; then
-        local msg="no weights at $MODEL_DIR (no config.json). Copy the $PROFILE_ID checkpoint there or pass --model-dir DIR"
-        [[ $MODE == dry-run ]] && { log "warning: $msg"; return 0; }
-        die 4 "$msg"
+    if ((WEIGHTS_MISSING)); then
+        [[ $MODE == dry-run ]] || die 4 "$(weights_help)"
+        log "warning: the $PROFILE_ID weights are missing; the plan on stdout says where to put them"
+    fi
+}
+
+# What is missing, where the script expects it, and how to copy it in.
+weights_help() {
+    local hub repo name=${PROFILE_ID#*/} host=${HOSTNAME:-this-workstation}
+    hub=$(hub_dir)
+    repo=$(hub_repo_dir)
+    if [[ -n $MODEL_DIR ]]; then
+        cat <<EOF
+weights missing: $MODEL_DIR has no config.json.
+  Put the $PROFILE_ID checkpoint (BF16, as downloaded) there, flat:
+    $MODEL_DIR/config.json, tokenizer*.json, model-*.safetensors, ...
+  On a machine with internet (after accepting the Gemma licence on Hugging Face):
+    hf download $PROFILE_ID --local-dir $name
+  then copy it in:
+    rsync -a $name/ $host:$MODEL_DIR/
+EOF
+    else
+        cat <<EOF
+weights missing: no $PROFILE_ID checkpoint in the local Hugging Face cache
+  ($repo has no snapshots/<revision>/config.json).
+  On a machine with internet (after accepting the Gemma licence on Hugging Face),
+  download it into a cache folder and copy that model's folder in:
+    hf download $PROFILE_ID --cache-dir hub
+    rsync -a hub/models--${PROFILE_ID//\//--} $host:$hub/
+  which gives the layout the script looks for, in $hub:
+    models--${PROFILE_ID//\//--}/refs/main                 (the revision)
+    models--${PROFILE_ID//\//--}/snapshots/<revision>/     (config.json, tokenizer, *.safetensors)
+  Or keep a plain folder anywhere and name it with --model-dir (RADMATCH_MODEL_DIR):
+    hf download $PROFILE_ID --local-dir $name
+    rsync -a $name/ $host:/srv/models/$name/     then --model-dir /srv/models/$name
+EOF
     fi
 }
 
 # ---- API key ----------------------------------------------------------------
 # Loopback: a key only if one is given. Beyond loopback: RADMATCH_API_KEY, else
-# the key file, created with mode 0600 when absent.
+# the key file, created with mode 0600 when absent (on a start; a dry run only
+# says it would be).
 resolve_api_key() {
     local default_file="${XDG_CONFIG_HOME:-$HOME/.config}/radmatch/judge-api-key"
     is_loopback "$HOST" || log "binding to $HOST: /v1 needs the API key; /health and /metrics" \
@@ -291,6 +410,9 @@ resolve_api_key() {
     API_KEY_FILE=${API_KEY_FILE:-$default_file}
     if [[ -f $API_KEY_FILE ]]; then
         read_key_file "$API_KEY_FILE"
+    elif [[ $MODE == dry-run ]]; then
+        API_KEY_PENDING=$API_KEY_FILE
+        API_KEY_SOURCE="file $API_KEY_FILE (absent: generated with mode 0600 on start)"
     else
         generate_key_file "$API_KEY_FILE"
     fi
@@ -323,17 +445,37 @@ generate_key_file() {
 }
 
 # ---- Command ----------------------------------------------------------------
-vllm_python() {
+# `vllm serve`: the vllm executable next to VLLM_PYTHON, else in serve/.venv,
+# else on PATH. Sets VLLM_EXE and VLLM_FOUND; a start stops without it.
+resolve_vllm() {
     if [[ -n ${VLLM_PYTHON:-} ]]; then
-        echo "$VLLM_PYTHON"
-    elif [[ -x $SERVE_DIR/.venv/bin/python ]]; then
-        echo "$SERVE_DIR/.venv/bin/python"
+        VLLM_EXE=$(dirname "$VLLM_PYTHON")/vllm
+    elif [[ -x $SERVE_DIR/.venv/bin/vllm ]]; then
+        VLLM_EXE=$SERVE_DIR/.venv/bin/vllm
     else
-        echo python3
+        VLLM_EXE=$(command -v vllm 2>/dev/null || true)
+    fi
+    if [[ -n $VLLM_EXE && -f $VLLM_EXE && -x $VLLM_EXE ]]; then
+        VLLM_FOUND=1
+    else
+        VLLM_EXE=${VLLM_EXE:-vllm}
+        [[ $MODE == dry-run ]] || die 4 "$(vllm_help)"
     fi
 }
 
+vllm_help() {
+    if [[ -n ${VLLM_PYTHON:-} ]]; then
+        echo "no vllm executable next to VLLM_PYTHON=$VLLM_PYTHON ($VLLM_EXE)"
+    else
+        echo "vllm not found (neither $SERVE_DIR/.venv/bin/vllm nor vllm on PATH)"
+    fi
+    echo "  install it: python3 -m venv $SERVE_DIR/.venv && $SERVE_DIR/.venv/bin/pip install -r $SERVE_DIR/requirements.txt"
+}
+
 build_command() {
+    # Weights missing from the cache (dry run): a placeholder, not a made-up path;
+    # a --model-dir without weights stays, it is where they are to go.
+    local model=${MODEL_DIR:-"<$PROFILE_ID weights: missing, see above>"}
     SERVER_ENV=(
         HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
         HF_HUB_DISABLE_TELEMETRY=1
@@ -347,11 +489,14 @@ build_command() {
     # The key travels in the environment, not on the command line (ps shows that).
     [[ -z $API_KEY ]] || SERVER_ENV+=("VLLM_API_KEY=$API_KEY")
     CMD=(
-        "$(vllm_python)" -m vllm.entrypoints.openai.api_server
-        --model "$MODEL_DIR"
+        "$VLLM_EXE" serve "$model"
         --served-model-name "$SERVED_NAME"
         --host "$HOST" --port "$PORT"
         --tensor-parallel-size "$TP"
+    )
+    # DP replicas behind this one API server, each on TP GPUs of its own.
+    ((DP == 1)) || CMD+=(--data-parallel-size "$DP")
+    CMD+=(
         --quantization fp8_per_tensor
         --kv-cache-dtype fp8
         --gpu-memory-utilization "$GPU_UTIL"
@@ -365,13 +510,23 @@ build_command() {
 }
 
 print_dry_run() {
-    local var
-    echo "# RadMatch judge, dry run: nothing was started."
+    local var arg
+    echo "# RadMatch judge, dry run: nothing was started or written."
     echo "# profile $PROFILE: $PROFILE_DESC"
-    echo "# GPUs: $GPU_COUNT x $GPU_NAME ($GPU_MIN_MIB MiB); tensor parallelism $TP"
+    plan_lines | sed 's/^/# /'
+    explain_memory "$TP" | sed 's/^/#/'
+    if ((WEIGHTS_MISSING)); then
+        weights_help | sed 's/^/# /'
+    else
+        echo "# weights: $MODEL_DIR"
+    fi
+    if ((VLLM_FOUND)); then
+        echo "# vllm: $VLLM_EXE"
+    else
+        vllm_help | sed 's/^/# /'
+    fi
     echo "# API key: $API_KEY_SOURCE"
     echo "# log file: $LOG_FILE"
-    explain_memory "$TP" | sed 's/^/#/'
     for var in "${SERVER_ENV[@]}"; do
         if [[ $var == VLLM_API_KEY=* ]]; then
             echo "export VLLM_API_KEY=$(mask_key "$API_KEY")"
@@ -379,8 +534,15 @@ print_dry_run() {
             echo "export $var"
         fi
     done
+    [[ -z $API_KEY_PENDING ]] || echo "# VLLM_API_KEY: the key generated in $API_KEY_PENDING on start"
     printf '%q' "${CMD[0]}"
-    printf ' %q' "${CMD[@]:1}"
+    for arg in "${CMD[@]:1}"; do
+        if [[ -z $MODEL_DIR && $arg == "<$PROFILE_ID weights: missing, see above>" ]]; then
+            printf ' %s' "$arg"  # a placeholder, not a path: shown as it reads
+        else
+            printf ' %q' "$arg"
+        fi
+    done
     echo
 }
 
@@ -408,9 +570,10 @@ stop_server() {
 }
 
 start_server() {
-    local url deadline
+    local url deadline line
     url=$(check_url)
-    log "starting $PROFILE on $HOST:$PORT with tensor parallelism $TP; API key: $API_KEY_SOURCE"
+    plan_lines | while IFS= read -r line; do log "$line"; done
+    log "starting $PROFILE on $HOST:$PORT (TP $TP x DP $DP) with $VLLM_EXE serve; API key: $API_KEY_SOURCE"
     log "server output goes to $LOG_FILE"
     env "${SERVER_ENV[@]}" "${CMD[@]}" >>"$LOG_FILE" 2>&1 &
     SERVER_PID=$!
@@ -439,6 +602,8 @@ start_server() {
 
 # ---- Main -------------------------------------------------------------------
 parse_args() {
+    [[ -z $TP ]] || TP_SOURCE=RADMATCH_TP
+    [[ -z $DP ]] || DP_SOURCE=RADMATCH_DP
     while (($#)); do
         case $1 in
             --dry-run) MODE=dry-run ;;
@@ -449,7 +614,8 @@ parse_args() {
             --port) PORT=${2:?--port needs a value}; shift ;;
             --served-name | --model) SERVED_NAME=${2:?$1 needs a value}; shift ;;
             --api-key-file) API_KEY_FILE=${2:?--api-key-file needs a value}; shift ;;
-            --tp) TP=${2:?--tp needs a value}; shift ;;
+            --tp) TP=${2:?--tp needs a value} TP_SOURCE=--tp; shift ;;
+            --dp) DP=${2:?--dp needs a value} DP_SOURCE=--dp; shift ;;
             --max-model-len) MAX_MODEL_LEN=${2:?--max-model-len needs a value}; shift ;;
             --log-file) LOG_FILE=${2:?--log-file needs a value}; shift ;;
             --url) CHECK_URL=${2:?--url needs a value}; shift ;;
@@ -464,6 +630,7 @@ parse_args() {
         || die 2 "GPU_MEMORY_UTILIZATION must be a fraction such as 0.92, got '$GPU_UTIL'"
     [[ -z $TP ]] || [[ " ${TP_CHOICES[*]} " == *" $TP "* ]] \
         || die 2 "--tp must be one of ${TP_CHOICES[*]}, got '$TP'"
+    [[ -z $DP ]] || [[ $DP =~ ^[1-9][0-9]*$ ]] || die 2 "--dp must be a positive number, got '$DP'"
 }
 
 main() {
@@ -479,8 +646,9 @@ main() {
 
     load_profile "$PROFILE"
     detect_gpus
-    choose_tp
+    choose_parallelism
     resolve_model_dir
+    resolve_vllm
     resolve_api_key
     build_command
     if [[ $MODE == dry-run ]]; then

@@ -8,6 +8,7 @@ server (tests/vllm_server.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -30,8 +31,8 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 RTX_5090 = ("NVIDIA GeForce RTX 5090", 32607)  # memory.total in MiB, as nvidia-smi prints it
 H100_80GB = ("NVIDIA H100 80GB HBM3", 81559)
 
-# A stand-in for `python -m vllm.entrypoints.openai.api_server`: /health, /v1/models and
-# chat completions answering STUB_ANSWER; it requires VLLM_API_KEY when that is set.
+# A stand-in for `vllm serve MODEL ...`: /health, /v1/models and chat completions
+# answering STUB_ANSWER; it requires VLLM_API_KEY when that is set.
 STUB_SERVER = textwrap.dedent(
     """
     import json, os, sys
@@ -140,8 +141,17 @@ def dry_run(tmp_path: Path, env: dict[str, str], gpus, *args: str) -> subprocess
 
 
 def command_line(out: str) -> str:
-    (line,) = [ln for ln in out.splitlines() if "vllm.entrypoints.openai.api_server" in ln]
+    """The printed server command: `<...>/vllm serve MODEL --flag value ...`."""
+    (line,) = [
+        ln
+        for ln in out.splitlines()
+        if not ln.startswith("#") and re.match(r"^(\S*/)?vllm serve \S", ln)
+    ]
     return line
+
+
+def served_model(cmd: str) -> str:
+    return re.match(r"^\S+ serve (\S+)", cmd).group(1)
 
 
 def option(cmd: str, name: str) -> str:
@@ -204,6 +214,74 @@ def test_one_80gb_gpu_uses_tensor_parallelism_1(tmp_path, env):
     result = dry_run(tmp_path, env, [H100_80GB])
     assert result.returncode == 0, result.stderr
     assert option(command_line(result.stdout), "--tensor-parallel-size") == "1"
+
+
+# One replica on the fewest GPUs that hold it (tensor parallelism), then as many
+# replicas as the GPUs allow (data parallelism): DP = floor(GPUs / TP).
+@pytest.mark.parametrize(
+    ("gpus", "tp", "dp", "plan"),
+    [
+        ([H100_80GB], 1, 1, "TP 1 x DP 1 = 1 GPU"),
+        ([RTX_5090] * 2, 2, 1, "TP 2 x DP 1 = 2 GPUs"),
+        ([RTX_5090] * 4, 2, 2, "TP 2 x DP 2 = 4 GPUs"),
+        ([H100_80GB] * 8, 1, 8, "TP 1 x DP 8 = 8 GPUs"),
+    ],
+    ids=["1x80GB", "2x32GB", "4x32GB", "8x80GB"],
+)
+def test_tensor_then_data_parallelism(tmp_path, env, gpus, tp, dp, plan):
+    result = dry_run(tmp_path, env, gpus)
+    assert result.returncode == 0, result.stderr
+    cmd = command_line(result.stdout)
+    assert option(cmd, "--tensor-parallel-size") == str(tp)
+    if dp == 1:
+        assert "--data-parallel-size" not in cmd
+    else:
+        assert option(cmd, "--data-parallel-size") == str(dp)
+    # the arithmetic in plain words: GPUs, what one replica needs, TP x DP
+    assert f"# {plan}\n" in result.stdout
+    need = {1: 35673, 2: 18605}[tp]  # (30041 + 4096) / tp + 1536 runtime
+    noun = "GPU" if len(gpus) == 1 else "GPUs"
+    assert re.search(
+        rf"^# {len(gpus)} {noun} x {gpus[0][1]} MiB .*one replica needs {tp}: .* = {need} MiB per GPU$",
+        result.stdout,
+        flags=re.MULTILINE,
+    )
+
+
+def test_gpus_left_over_stay_idle_with_a_note(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090] * 3)
+    assert result.returncode == 0, result.stderr
+    cmd = command_line(result.stdout)
+    assert option(cmd, "--tensor-parallel-size") == "2"
+    assert "--data-parallel-size" not in cmd
+    assert "# TP 2 x DP 1 = 2 GPUs; 1 GPU left idle (3 is not a multiple of 2)" in result.stdout
+
+
+def test_tp_and_dp_can_be_set_by_option_or_environment(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB] * 8, "--tp", "2", "--dp", "3")
+    assert result.returncode == 0, result.stderr
+    cmd = command_line(result.stdout)
+    assert option(cmd, "--tensor-parallel-size") == "2"
+    assert option(cmd, "--data-parallel-size") == "3"
+    assert "# TP 2 x DP 3 = 6 GPUs (set by --tp 2, --dp 3); 2 GPUs left idle" in result.stdout
+
+    env["RADMATCH_TP"] = "4"
+    result = dry_run(tmp_path, env, [H100_80GB] * 8)
+    assert result.returncode == 0, result.stderr
+    cmd = command_line(result.stdout)
+    assert option(cmd, "--tensor-parallel-size") == "4"
+    assert option(cmd, "--data-parallel-size") == "2"  # 8 GPUs / 4
+
+    env["RADMATCH_DP"] = "1"
+    result = dry_run(tmp_path, env, [H100_80GB] * 8)
+    assert "--data-parallel-size" not in command_line(result.stdout)
+
+
+def test_dp_beyond_the_gpus_is_a_usage_error(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090] * 4, "--dp", "3")
+    assert result.returncode == 2
+    assert "--dp 3 x tensor parallelism 2 needs 6 GPUs but only 4 found" in result.stderr
+    assert dry_run(tmp_path, env, [RTX_5090] * 4, "--dp", "0").returncode == 2
 
 
 def test_cuda_visible_devices_limits_the_gpus_counted(tmp_path, env):
@@ -269,14 +347,128 @@ def test_weights_come_from_the_local_hf_cache(tmp_path, env):
     env["HF_HOME"] = str(tmp_path / "hf")
     result = dry_run(tmp_path, env, [H100_80GB])
     assert result.returncode == 0, result.stderr
-    assert option(command_line(result.stdout), "--model") == str(snapshot)
-    assert "no weights" not in result.stderr
+    assert served_model(command_line(result.stdout)) == str(snapshot)
+    assert "missing" not in result.stdout + result.stderr
 
 
-def test_missing_weights_warn_in_dry_run(tmp_path, env):
-    result = dry_run(tmp_path, env, [H100_80GB], "--model-dir", str(tmp_path / "nowhere"))
+def test_missing_weights_are_explained_and_the_plan_still_shown(tmp_path, env):
+    result = dry_run(tmp_path, env, [RTX_5090] * 4)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "MISSING" not in out  # no made-up snapshot path in the command
+    hub = Path(env["HOME"]) / ".cache" / "huggingface" / "hub"
+    assert (
+        "# weights missing: no google/gemma-4-31B-it checkpoint in the local Hugging Face cache"
+        in out
+    )
+    # where the script looks, the layout, and the commands that put them there
+    assert f"layout the script looks for, in {hub}:" in out
+    assert "models--google--gemma-4-31B-it/snapshots/<revision>/" in out
+    assert "hf download google/gemma-4-31B-it --cache-dir hub" in out
+    assert re.search(
+        rf"rsync -a hub/models--google--gemma-4-31B-it \S+:{re.escape(str(hub))}/", out
+    )
+    assert "--model-dir" in out
+    assert "weights are missing" in result.stderr
+    # the rest of the plan
+    cmd = command_line(out)
+    assert served_model(cmd) == "<google/gemma-4-31B-it"
+    assert "weights: missing, see above>" in cmd
+    assert option(cmd, "--data-parallel-size") == "2"
+    assert "# TP 2 x DP 2 = 4 GPUs" in out
+
+
+def test_missing_weights_in_a_given_folder(tmp_path, env):
+    nowhere = tmp_path / "nowhere"
+    result = dry_run(tmp_path, env, [H100_80GB], "--model-dir", str(nowhere))
     assert result.returncode == 0
-    assert "warning: no weights at" in result.stderr
+    assert f"# weights missing: {nowhere} has no config.json." in result.stdout
+    assert "hf download google/gemma-4-31B-it --local-dir gemma-4-31B-it" in result.stdout
+    assert re.search(rf"rsync -a gemma-4-31B-it/ \S+:{re.escape(str(nowhere))}/", result.stdout)
+    assert served_model(command_line(result.stdout)) == str(nowhere)
+
+
+def test_missing_weights_stop_a_start(tmp_path, env, stub_vllm):
+    fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
+    env["VLLM_PYTHON"] = str(stub_vllm.parent / "python")
+    result = run([], env)
+    assert result.returncode == 4
+    assert "weights missing: no google/gemma-4-31B-it checkpoint" in result.stderr
+    assert "hf download google/gemma-4-31B-it" in result.stderr
+
+
+def test_help_prints_the_profile_table(env):
+    result = run(["--help"], env)
+    assert result.returncode == 0
+    assert "from the table printed below" in result.stdout
+    rows = {
+        ln.split()[0]: ln.split() for ln in result.stdout.splitlines() if ln.startswith("  gemma4")
+    }
+    assert rows["gemma4-31b"][1:4] == ["google/gemma-4-31B-it", "30041", "4096"]
+    assert rows["gemma4-26b-a4b"][1:4] == ["google/gemma-4-26B-A4B-it", "24800", "2048"]
+    assert "--dp N" in result.stdout
+
+
+# ---- a dry run writes nothing ----------------------------------------------------
+
+
+def tree(root: Path) -> dict[str, tuple[int, int, int]]:
+    return {
+        str(path.relative_to(root)): (
+            path.stat().st_mode,
+            path.stat().st_size,
+            path.stat().st_mtime_ns,
+        )
+        for path in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_dry_run_writes_nothing(tmp_path, env, host):
+    home = Path(env["HOME"])
+    # the key and state folders as a judge that ran before leaves them
+    (home / ".config" / "radmatch").mkdir(parents=True)
+    (home / ".local" / "state" / "radmatch").mkdir(parents=True)
+    (home / ".local" / "state" / "radmatch" / "radmatch-judge.log").write_text("earlier run\n")
+    before = tree(home)
+    result = dry_run(tmp_path, env, [RTX_5090] * 2, "--host", host)
+    assert result.returncode == 0, result.stderr
+    assert tree(home) == before
+    assert not default_key_file(env).exists()
+    if host == "0.0.0.0":
+        assert "generated with mode 0600 on start" in result.stdout
+        assert not re.search(r"^export VLLM_API_KEY", result.stdout, flags=re.MULTILINE)
+
+
+# ---- `vllm serve` ------------------------------------------------------------------
+
+
+def test_the_server_is_started_with_vllm_serve(tmp_path, env, stub_vllm):
+    result = dry_run(tmp_path, env, [H100_80GB])
+    cmd = command_line(result.stdout)
+    assert cmd.split()[1] == "serve"
+    assert "vllm.entrypoints" not in result.stdout
+    if not (REPO / "serve" / ".venv" / "bin" / "vllm").exists() and not shutil.which(
+        "vllm", path=SYSTEM_PATH
+    ):
+        assert cmd.split()[0] == "vllm"  # nothing installed: named, and noted
+        assert "# vllm not found" in result.stdout
+    # the vllm next to VLLM_PYTHON (the venv the systemd unit names)
+    env["VLLM_PYTHON"] = str(stub_vllm.parent / "python")
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert command_line(result.stdout).split()[:2] == [str(stub_vllm), "serve"]
+    assert f"# vllm: {stub_vllm}" in result.stdout
+
+
+def test_a_start_without_vllm_stops(tmp_path, env):
+    fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
+    model_dir = tmp_path / "weights"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    env["VLLM_PYTHON"] = str(tmp_path / "empty-venv" / "bin" / "python")
+    result = run(["--model-dir", str(model_dir)], env)
+    assert result.returncode == 4
+    assert "no vllm executable next to VLLM_PYTHON" in result.stderr
 
 
 # ---- bind address and API key ------------------------------------------------
@@ -292,25 +484,30 @@ def test_loopback_by_default_without_a_key(tmp_path, env):
     assert not (Path(env["HOME"]) / ".config").exists()
 
 
-def test_binding_beyond_loopback_generates_a_private_key(tmp_path, env):
-    result = dry_run(tmp_path, env, [H100_80GB], "--host", "0.0.0.0")
-    assert result.returncode == 0, result.stderr
+def test_binding_beyond_loopback_generates_a_private_key_on_start(tmp_path, env, stub_vllm):
     key_file = default_key_file(env)
+    with started_judge(tmp_path, env, stub_vllm, "--host", "0.0.0.0") as lines:
+        # the stub requires the key it was given, so the readiness check used it too
+        assert any(ln.startswith("ready: radmatch-judge") for ln in lines)
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
     key = key_file.read_text().strip()
     assert len(key) >= 32
-    assert key not in result.stdout + result.stderr
-    assert key[4:12] not in result.stdout + result.stderr
-    assert re.search(
-        r"^export VLLM_API_KEY=\*\*\*\(\d+ chars, sha256 [0-9a-f]{8}\)$",
-        result.stdout,
-        flags=re.MULTILINE,
-    )
-    assert option(command_line(result.stdout), "--host") == "0.0.0.0"
+    output = "".join(lines)
+    assert key not in output and key[4:12] not in output
+    assert f"generated an API key in {key_file}" in output
 
     again = dry_run(tmp_path, env, [H100_80GB], "--host", "0.0.0.0")
+    assert again.returncode == 0, again.stderr
     assert key_file.read_text().strip() == key  # reused, not rotated
     assert "generated" not in again.stderr
+    assert key not in again.stdout + again.stderr
+    assert re.search(
+        r"^export VLLM_API_KEY=\*\*\*\(\d+ chars, sha256 [0-9a-f]{8}\)$",
+        again.stdout,
+        flags=re.MULTILINE,
+    )
+    assert option(command_line(again.stdout), "--host") == "0.0.0.0"
 
 
 def test_key_from_the_environment_is_masked(tmp_path, env):
@@ -338,23 +535,34 @@ def test_key_file_readable_by_others_is_refused(tmp_path, env):
 
 
 @pytest.fixture
-def stub_python(tmp_path: Path) -> Path:
-    """An executable that, run as `X -m vllm... --host H --port P ...`, serves the stub."""
+def stub_vllm(tmp_path: Path) -> Path:
+    """`<venv>/bin/vllm`, which, run as `vllm serve MODEL --host H --port P ...`, serves
+    the stub; VLLM_PYTHON=<venv>/bin/python makes start_vllm.sh use it."""
     server = tmp_path / "stub_server.py"
     server.write_text(STUB_SERVER)
-    launcher = tmp_path / "stub-python"
-    launcher.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{server}" "$@"\n')
+    venv_bin = tmp_path / "stub-venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    launcher = venv_bin / "vllm"
+    launcher.write_text(f'#!/bin/sh\nshift\nexec "{sys.executable}" "{server}" "$@"\n')
     launcher.chmod(0o755)
     return launcher
 
 
-def start_stub(stub_python: Path, port: int, *, key: str | None = None, **extra: str):
+def start_stub(stub_vllm: Path, port: int, *, key: str | None = None, **extra: str):
     env = {**os.environ, **extra}
     env.pop("VLLM_API_KEY", None)
     if key:
         env["VLLM_API_KEY"] = key
     proc = subprocess.Popen(
-        [str(stub_python), "-m", "x", "--port", str(port), "--served-model-name", "radmatch-judge"],
+        [
+            str(stub_vllm),
+            "serve",
+            "x",
+            "--port",
+            str(port),
+            "--served-model-name",
+            "radmatch-judge",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
     )
@@ -362,12 +570,12 @@ def start_stub(stub_python: Path, port: int, *, key: str | None = None, **extra:
 
 
 @pytest.fixture
-def stub(stub_python):
+def stub(stub_vllm):
     procs = []
 
     def start(**kwargs) -> str:
         port = free_port()
-        procs.append(start_stub(stub_python, port, **kwargs))
+        procs.append(start_stub(stub_vllm, port, **kwargs))
         check = subprocess.run(
             [
                 sys.executable,
@@ -467,25 +675,18 @@ def test_check_only_mode_reads_the_key_file(stub, tmp_path, env):
 # ---- a real start, with a stub in place of vLLM --------------------------------
 
 
-def test_start_waits_for_health_checks_and_stops_on_sigterm(tmp_path, env, stub_python):
+@contextlib.contextmanager
+def started_judge(tmp_path: Path, env: dict[str, str], stub_vllm: Path, *args: str):
+    """start_vllm.sh with the stub as vLLM, until ready; yields its stderr lines so far,
+    then stops it with SIGTERM (exit 143, the server gone)."""
     fake_nvidia_smi(tmp_path / "bin", [RTX_5090, RTX_5090])
     model_dir = tmp_path / "weights"
-    model_dir.mkdir()
+    model_dir.mkdir(exist_ok=True)
     (model_dir / "config.json").write_text("{}")
-    log_file = tmp_path / "logs" / "judge.log"
-    env.update(VLLM_PYTHON=str(stub_python), RADMATCH_API_KEY="k-789")
+    env["VLLM_PYTHON"] = str(stub_vllm.parent / "python")
     port = free_port()
     proc = subprocess.Popen(
-        [
-            "bash",
-            str(START),
-            "--model-dir",
-            str(model_dir),
-            "--port",
-            str(port),
-            "--log-file",
-            str(log_file),
-        ],
+        ["bash", str(START), "--model-dir", str(model_dir), "--port", str(port), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -501,27 +702,36 @@ def test_start_waits_for_health_checks_and_stops_on_sigterm(tmp_path, env, stub_
                 break
         assert "the judge is ready" in lines[-1], "".join(lines)
         assert f"RADMATCH_BASE_URL=http://127.0.0.1:{port}/v1" in lines[-1]
-        assert any(ln.startswith("ready: radmatch-judge") for ln in lines)
-        # The stub requires the key, so the key reached both the server and the check.
+        yield lines
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 143
         assert check(f"http://127.0.0.1:{port}").returncode == 3  # the server is gone
-        log = log_file.read_text()
-        assert "stub: serving radmatch-judge" in log
-        assert "k-789" not in log + "".join(lines)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
 
 
-def test_start_reports_a_server_that_dies(tmp_path, env, stub_python):
+def test_start_waits_for_health_checks_and_stops_on_sigterm(tmp_path, env, stub_vllm):
+    log_file = tmp_path / "logs" / "judge.log"
+    env["RADMATCH_API_KEY"] = "k-789"
+    with started_judge(tmp_path, env, stub_vllm, "--log-file", str(log_file)) as lines:
+        assert any(ln.startswith("ready: radmatch-judge") for ln in lines)
+        # The stub requires the key, so the key reached both the server and the check.
+        assert any("TP 2 x DP 1 = 2 GPUs" in ln for ln in lines)
+        assert any(f"with {stub_vllm} serve" in ln for ln in lines)
+    log = log_file.read_text()
+    assert "stub: serving radmatch-judge" in log
+    assert "k-789" not in log + "".join(lines)
+
+
+def test_start_reports_a_server_that_dies(tmp_path, env, stub_vllm):
     fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
     model_dir = tmp_path / "weights"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
-    env.update(VLLM_PYTHON=str(stub_python), STUB_CRASH="1")
+    env.update(VLLM_PYTHON=str(stub_vllm.parent / "python"), STUB_CRASH="1")
     result = run(
         [
             "--model-dir",
