@@ -43,14 +43,8 @@ from typing import Any, Callable, Optional
 
 from radmatch import Evaluator, JudgeConfig, PairInput
 from radmatch.testing.makespan import ideal_makespan
+from radmatch.testing.reports import INDICATIONS, SENTENCES
 
-SENTENCES = [
-    "Small left pleural effusion.", "No pneumothorax.", "Heart size is normal.",
-    "Mild bibasilar atelectasis.", "A 9 mm nodule in the right upper lobe.",
-    "Endotracheal tube tip 4 cm above the carina.", "No focal consolidation.",
-    "Moderate cardiomegaly.", "Degenerative changes of the thoracic spine.",
-]
-INDICATIONS = ["Shortness of breath.", "Cough and fever.", "Line placement.", "Chest pain."]
 TITLES = {"indication": "IndicationAnswer", "extract": "ExtractionAnswer",
           "match": "MatchingAnswer", "grade": "GradingAnswer"}
 PREFIX_METRICS = ("vllm:prefix_cache", "vllm:gpu_prefix_cache")
