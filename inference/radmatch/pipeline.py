@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
@@ -74,6 +75,8 @@ class Evaluator:
             stats=self.stats,
         )
         self._loop = LoopThread()
+        # closed by close(), or when garbage-collected, or at exit: never left half-open
+        self._finalizer = weakref.finalize(self, _shut_down, judge, self._loop)
 
     @classmethod
     def from_config(cls, config: JudgeConfig, judge: Optional[Judge] = None) -> "Evaluator":
@@ -97,10 +100,7 @@ class Evaluator:
 
     def close(self) -> None:
         """Close the judge (its HTTP client; an in-process generation stops) and the loop."""
-        try:
-            self._loop.run(self.judge.aclose())
-        finally:
-            self._loop.close()
+        self._finalizer()
 
     def check(self) -> None:
         """Pre-flight: raise JudgeUnavailable, saying the fix, when the judge cannot serve."""
@@ -224,6 +224,13 @@ class Evaluator:
         )
         record.judge.exemplars_used = spend.exemplars
         return record
+
+
+def _shut_down(judge: Judge, loop: LoopThread) -> None:
+    try:
+        loop.run(judge.aclose())
+    finally:
+        loop.close()
 
 
 def _jobs(pairs: Iterable[Union[PairInput, Job]]) -> Iterator[Job]:
