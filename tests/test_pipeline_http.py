@@ -388,3 +388,14 @@ def test_a_pool_whose_servers_are_all_down_stops_at_the_preflight():
     config = JudgeConfig.from_env({}, base_url="http://127.0.0.1:9/v1, http://127.0.0.1:7/v1")
     with Evaluator.from_config(config) as evaluator, pytest.raises(JudgeUnavailable, match="no judge server answers"):
         evaluator.check()
+
+
+def test_thinking_on_and_off_are_cached_apart(tmp_path):
+    with StubServer() as server:
+        for thinking in (True, False, True):
+            judge = OpenAICompatibleJudge(base_url=server.base_url, model="stub-judge", thinking=thinking)
+            with Evaluator(judge, cache_dir=tmp_path / "cache", limits=SERVER_LIMITS) as evaluator:
+                (record,) = evaluator.evaluate(pairs(1))
+            assert record.error is None
+        sent = [b["chat_template_kwargs"]["enable_thinking"] for b in server.chat_requests()]
+    assert sent.count(True) == sent.count(False) > 0  # the third run was answered from the cache

@@ -134,6 +134,7 @@ class JudgeCalls:
         key = cache_key(  # the prompt version and the exemplar count settle the static prefix
             model=self.judge.model,
             backend=self.judge.backend,
+            settings=getattr(self.judge, "settings", None),  # temperature, thinking
             prompt_version=self.prompt_version(stage, modality),
             exemplars=spend.exemplars[stage],
             pair_message=messages[-1]["content"],

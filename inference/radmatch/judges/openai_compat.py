@@ -87,6 +87,7 @@ class OpenAICompatibleJudge:
         self._fixed: dict[str, Any] = {"model": model, "temperature": temperature}
         if thinking is not None:
             self._fixed["chat_template_kwargs"] = {"enable_thinking": thinking}
+        self.settings = {"temperature": temperature, "thinking": thinking}  # part of the cache key
         self._constraints: dict[type[BaseModel], dict[str, Any]] = {}
 
     def __repr__(self) -> str:

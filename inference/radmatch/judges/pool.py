@@ -36,6 +36,7 @@ class JudgePool:
         self.model = judges[0].model
         windows = [j.context_window for j in judges if j.context_window]
         self.context_window: Optional[int] = min(windows) if windows else None
+        self.settings = getattr(judges[0], "settings", None)
         self.cooldown_s = cooldown_s
         self._outstanding = [0] * len(judges)
         self._drained_until = [0.0] * len(judges)
