@@ -287,7 +287,8 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
         first += n_refs  # a distinct workload each level: only the static prefix is shared
         config = JudgeConfig(base_url=args.base_url, model=args.model, concurrency=in_flight,
                              cache=False, retries=3, timeout_s=args.timeout,
-                             allow_remote_endpoint=args.allow_remote)
+                             allow_remote_endpoint=args.allow_remote, decoding=args.decoding,
+                             context_window=args.context_window)
         queries, hits = prefix_counters(args.base_url)
         run = run_pairs(config, pairs)
         queries, hits = (a - b for a, b in zip(prefix_counters(args.base_url), (queries, hits)))
@@ -347,6 +348,9 @@ def main() -> int:
                         default=[1, 8, 32, 64], help="pairs in flight (--base-url)")
     parser.add_argument("--min-pairs", type=int, default=8, help="pairs per level (at least 2x it)")
     parser.add_argument("--allow-remote", action="store_true", help="a server not on this machine")
+    parser.add_argument("--decoding", choices=["auto", "server", "small_model"], default="auto",
+                        help="small_model for a small served model such as SmolLM2 on vLLM CPU")
+    parser.add_argument("--context-window", type=int, help="the served model's context (--base-url)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     result = real_server(args) if args.base_url else simulated(args)

@@ -81,7 +81,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             timeout_s=args.timeout, retries=args.retries, thinking=args.thinking,
             context_window=args.context_window, local_model_dir=args.local_model_dir,
             concurrency=args.concurrency, cache=False if args.no_cache else None,
-            cache_dir=args.cache_dir, modality=args.modality,
+            cache_dir=args.cache_dir, modality=args.modality, decoding=args.decoding,
         )
         rows, bad = _scan(args)
     except (ValueError, OSError) as exc:  # InputError is a ValueError
@@ -211,6 +211,9 @@ def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
     j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                    help="turn a reasoning model's thinking on or off (server default if unset)")
     j.add_argument("--context-window", type=int, help="judge context in tokens, for the budget")
+    j.add_argument("--decoding", choices=["auto", "server", "small_model"],
+                   help="list caps and token budgets: small_model for a small served model "
+                   "(default auto: small_model in process, server otherwise)")
     j.add_argument("--local-model-dir", help="a transformers model folder for the in-process judge")
     j.add_argument("--no-cache", action="store_true", help="do not read or write the answer cache")
     j.add_argument("--cache-dir", help="answer cache folder (default ~/.cache/radmatch/judge)")

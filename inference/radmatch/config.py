@@ -34,6 +34,7 @@ ENV_VARS: dict[str, str] = {
     "cache": "RADMATCH_CACHE",
     "cache_dir": "RADMATCH_JUDGE_CACHE_DIR",
     "modality": "RADMATCH_MODALITY",
+    "decoding": "RADMATCH_DECODING",
 }
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -64,6 +65,9 @@ class JudgeConfig(BaseModel):
     cache_dir: Optional[str] = None
     modality: Modality = DEFAULT_MODALITY
     max_tokens: Optional[dict[str, int]] = None
+    # caps and token budgets: "small_model" for a small model (in process, or served as in
+    # the tests), "server" for a capable served judge; "auto" picks by backend
+    decoding: Literal["auto", "server", "small_model"] = "auto"
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: Any) -> "JudgeConfig":
@@ -99,6 +103,12 @@ class JudgeConfig(BaseModel):
         return self.resolved_backend == "transformers"
 
     @property
+    def small_model_decoding(self) -> bool:
+        if self.decoding == "auto":
+            return self.is_small_local_model
+        return self.decoding == "small_model"
+
+    @property
     def resolved_concurrency(self) -> int:
         """Pairs in flight: a server batches many; an in-process model runs one call at a time."""
         if self.concurrency is not None:
@@ -115,7 +125,7 @@ class JudgeConfig(BaseModel):
         return cache_root() / "judge"
 
     def stage_max_tokens(self) -> dict[str, int]:
-        base = SMALL_MODEL_MAX_TOKENS if self.is_small_local_model else SERVER_MAX_TOKENS
+        base = SMALL_MODEL_MAX_TOKENS if self.small_model_decoding else SERVER_MAX_TOKENS
         return {**base, **(self.max_tokens or {})}
 
     def build_judge(self):

@@ -85,7 +85,7 @@ class Evaluator:
             modality=config.modality,
             concurrency=config.resolved_concurrency,
             cache_dir=config.answer_cache_dir(),
-            limits=SMALL_MODEL_LIMITS if config.is_small_local_model else SERVER_LIMITS,
+            limits=SMALL_MODEL_LIMITS if config.small_model_decoding else SERVER_LIMITS,
             max_tokens=config.stage_max_tokens(),
             retries=config.retries,
         )
