@@ -188,14 +188,28 @@ def _ci(interval: Optional[list[float]]) -> str:
     return "" if interval is None else f"[{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]"
 
 
+SHOWN_FAILURES = 10  # failed pairs listed by format_summary; the rest are counted
+GENERIC_NOTE = (
+    "  (GENERIC: a normal finding covered only by a global negative such as \"No acute "
+    "abnormality\" against a specific rule-out; no outcome, no error, no safety credit; "
+    "docs/scoring.md sections 2-3)"
+)
+
+
 def format_summary(summary: dict[str, Any]) -> str:
-    """A plain-text table of the corpus view, for the terminal."""
+    """A plain-text table of the corpus view, for the terminal.
+
+    Beyond `to_dict()`, an optional "judges" key (a list of "backend/model") is shown.
+    """
     mean = summary["mean_actionable_errors"]
+    judges = summary.get("judges")
     lines = [
         f"pairs {summary['n_pairs']}   scored {summary['n_scored']}   failed {summary['n_failed']}",
+        *([f"judge{'s' if len(judges) > 1 else ''}: {', '.join(judges)}"] if judges else []),
         "mean actionable errors per pair: " + ("n/a" if mean is None else f"{mean:.3f}"),
         "outcomes: "
         + "  ".join(f"{k.upper()} {v}" for k, v in summary["outcomes"].items()),
+        *([GENERIC_NOTE] if "generic" in summary["outcomes"] else []),
         "",
         f"{'safety':<11}{'precision':>10} {'95% CI':<15}{'n':>11}"
         f"{'recall':>10} {'95% CI':<15}{'n':>11}",
@@ -221,6 +235,14 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{att['reference']['attributed']}/{att['reference']['findings']}, candidate "
         f"{att['candidate']['attributed']}/{att['candidate']['findings']}"
     )
+    failed = summary.get("failed_pairs") or {}
+    if failed:
+        lines.append("")
+        lines.append(f"failed pairs ({len(failed)}, not scored):")
+        for pair_id, reason in list(failed.items())[:SHOWN_FAILURES]:
+            lines.append(f"  {pair_id}: {reason}")
+        if len(failed) > SHOWN_FAILURES:
+            lines.append(f"  (+{len(failed) - SHOWN_FAILURES} more)")
     for warning in summary["warnings"]:
         lines.append(f"warning: {warning}")
     return "\n".join(lines)

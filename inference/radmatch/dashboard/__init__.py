@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from radmatch.dashboard.build import build_dashboard, embed_json, locate_evidence
@@ -49,11 +50,37 @@ def add_dashboard_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
-    """Handler of `radmatch dashboard`: build the page, print one line, return 0."""
-    result = build_dashboard(args.records, args.output, compare_path=args.compare)
+    """Handler of `radmatch dashboard`: build the page, print one line.
+
+    Returns the CLI's exit code: 0, or 2 (with one line on stderr) when an input
+    cannot be read, holds no records, or is not a records file.
+    """
+    from radmatch.cli import EXIT_OK, check_records_file, fail
+
+    inputs = [args.records] + ([args.compare] if args.compare is not None else [])
+    for path in inputs:
+        problem = check_records_file(path)
+        if problem:
+            return fail(problem)
+    try:
+        result = build_dashboard(args.records, args.output, compare_path=args.compare)
+    except UnicodeDecodeError:
+        return fail(f"cannot read {' or '.join(inputs)}: not UTF-8 text")
+    except OSError as exc:
+        if exc.filename is not None and str(exc.filename) in inputs:
+            return fail(f"cannot read {exc.filename}: {exc.strerror}")
+        return fail(f"cannot write {args.output}: {exc.strerror}")
     summary = result["summary"]
+    for path, counted in ((args.records, summary), (args.compare, result["compare_summary"])):
+        if counted is not None and not counted.get("n_pairs"):  # a pipe checked only now
+            mark = f"{Path(path).name}: " if path is args.compare else "line "
+            own = [line[len(mark) if path is args.compare else 0:]
+                   for line in result["bad_lines"] if line.startswith(mark)]
+            if own:  # (the page lists them all)
+                return fail(f"no line of {path} could be read as a record ({own[0]})")
+            return fail(f"{path} holds no records")
     print(
         f"wrote {result['output']} ({result['bytes'] / 1e6:.1f} MB): "
         f"{summary.get('n_pairs')} pairs, {summary.get('n_failed')} failed"
     )
-    return 0
+    return EXIT_OK

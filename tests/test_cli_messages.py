@@ -1,0 +1,191 @@
+"""What the command line says when it cannot do its job (issue 14): one clear line and
+the documented exit code (0 ok, 1 some lines or pairs failed, 2 the command could not run),
+never a traceback. Each test runs the real CLI in a subprocess."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from builders import fig3_record
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIRS = ROOT / "examples" / "pairs.jsonl"
+CLI = [sys.executable, "-m", "radmatch.cli"]
+PAIRS_MESSAGE = "is not a records file (it looks like input pairs: run `radmatch evaluate` on it first)"
+
+
+def run_cli(*args):
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def error_line(proc) -> str:
+    """The one line of a command that could not run: exit 2, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("radmatch: error: "), proc.stderr
+    return lines[-1]
+
+
+def write_records(path, records):
+    path.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def failed(pair_id: str, error: str) -> str:
+    data = json.loads(fig3_record(pair_id).to_json())
+    data.update(error=error, scores=None)
+    return json.dumps(data)
+
+
+# ----------------------------------------------------------------- 1. unreadable input
+
+
+def test_dashboard_of_a_missing_file_says_cannot_read(tmp_path):
+    line = error_line(run_cli("dashboard", tmp_path / "MISSING.jsonl", "-o", tmp_path / "x.html"))
+    assert line == f"radmatch: error: cannot read {tmp_path / 'MISSING.jsonl'}: No such file or directory"
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_dashboard_compare_with_a_missing_file_says_cannot_read(tmp_path):
+    src = write_records(tmp_path / "r.jsonl", [fig3_record()])
+    proc = run_cli("dashboard", src, "--compare", tmp_path / "MISSING.jsonl", "-o", tmp_path / "x.html")
+    assert error_line(proc).startswith(f"radmatch: error: cannot read {tmp_path / 'MISSING.jsonl'}")
+
+
+def test_dashboard_of_records_still_writes_the_page(tmp_path):
+    src = write_records(tmp_path / "r.jsonl", [fig3_record()])
+    proc = run_cli("dashboard", src, "-o", tmp_path / "x.html")
+    assert proc.returncode == 0, proc.stderr
+    assert "1 pairs, 0 failed" in proc.stdout and (tmp_path / "x.html").exists()
+
+
+# ----------------------------------------------------------------- 2. a closed pipe
+
+
+def _read_one_line_and_close(args, *, read_first: bool = True) -> subprocess.Popen:
+    proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if read_first:
+        proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away, as `head -1` does
+    _, err = proc.communicate(timeout=120)
+    return proc, err.decode()
+
+
+def test_recompute_to_a_closed_pipe_ends_quietly(tmp_path):
+    # well over a pipe's 64 kB buffer, so the writer meets the closed end
+    src = write_records(tmp_path / "in.jsonl", [fig3_record(f"p{i}") for i in range(100)])
+    proc, err = _read_one_line_and_close(["recompute", src, "-o", "/dev/stdout"])
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert err == ""
+    assert proc.returncode == 141  # 128 + SIGPIPE, as a tool killed by the signal
+
+
+def test_summary_json_to_a_closed_pipe_ends_quietly(tmp_path):
+    src = write_records(tmp_path / "in.jsonl", [fig3_record()])
+    # closed before the summary is written (the CLI is still starting up)
+    proc, err = _read_one_line_and_close(["summary", src, "--json"], read_first=False)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert err == ""
+
+
+# ----------------------------------------------------------------- 3. not a records file
+
+
+def test_dashboard_of_a_pairs_file_is_refused(tmp_path):
+    proc = run_cli("dashboard", PAIRS, "-o", tmp_path / "x.html")
+    assert error_line(proc) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+    assert proc.stdout == "" and not (tmp_path / "x.html").exists()
+
+
+def test_dashboard_compare_with_a_pairs_file_is_refused(tmp_path):
+    src = write_records(tmp_path / "r.jsonl", [fig3_record()])
+    proc = run_cli("dashboard", src, "--compare", PAIRS, "-o", tmp_path / "x.html")
+    assert error_line(proc) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+
+
+def test_summary_and_recompute_of_a_pairs_file_are_refused(tmp_path):
+    assert error_line(run_cli("summary", PAIRS)) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+    assert error_line(run_cli("summary", PAIRS, "--json")).endswith(PAIRS_MESSAGE)
+    out = tmp_path / "out.jsonl"
+    proc = run_cli("recompute", PAIRS, "-o", out)
+    assert error_line(proc) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+    assert not out.exists()  # refused before the output is created
+
+
+def test_a_file_of_unreadable_lines_is_not_a_records_file(tmp_path):
+    src = tmp_path / "junk.jsonl"
+    src.write_text("{not json\n[1, 2]\n", encoding="utf-8")
+    for args in (["summary", src], ["recompute", src, "-o", tmp_path / "o.jsonl"]):
+        line = error_line(run_cli(*args))
+        assert line == f"radmatch: error: {src} is not a records file (no line of it could be read as a record)"
+    line = error_line(run_cli("dashboard", src, "-o", tmp_path / "x.html"))
+    assert line.startswith(f"radmatch: error: no line of {src} could be read as a record (line 1 skipped: invalid JSON")
+
+
+def test_one_bad_line_among_records_is_still_exit_1(tmp_path):
+    src = write_records(tmp_path / "in.jsonl", [fig3_record()])
+    with open(src, "a", encoding="utf-8") as fh:
+        fh.write("{not json\n")
+    proc = run_cli("summary", src, "--json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["n_pairs"] == 1
+
+
+# ----------------------------------------------------------------- 4. help text
+
+
+def test_summary_help_prints_a_single_percent_sign():
+    proc = run_cli("summary", "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "95% Wilson" in text and "%%" not in proc.stdout
+
+
+# ----------------------------------------------------------------- 5. the text summary
+
+
+def test_text_summary_lists_failed_pairs_names_the_judge_and_explains_generic(tmp_path):
+    good = json.loads(fig3_record("good").to_json())
+    good["judge"].update(backend="openai", model="Qwen/Qwen3-32B")
+    lines = [json.dumps(good)] + [failed(f"f{i:02d}", f"grade: timed out {i}") for i in range(12)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    proc = run_cli("summary", src)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert "judge: openai/Qwen/Qwen3-32B" in out
+    assert "failed pairs (12, not scored):" in out
+    assert "  f00: grade: timed out 0" in out and "  f09: grade: timed out 9" in out
+    assert "  f10: grade: timed out 10" not in out and "  (+2 more)" in out
+    generic = [line for line in out if line.strip().startswith("(GENERIC:")]
+    assert len(generic) == 1 and "No acute abnormality" in generic[0]
+    assert "no safety credit" in generic[0] and "docs/scoring.md" in generic[0]
+
+
+def test_json_summary_keeps_its_keys_and_adds_the_judges(tmp_path):
+    good = json.loads(fig3_record("good").to_json())
+    good["judge"].update(backend="openai", model="m")
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(good) + "\n" + failed("bad", "extract: refused") + "\n", encoding="utf-8")
+    data = json.loads(run_cli("summary", src, "--json").stdout)
+    assert data["judges"] == ["openai/m"]
+    assert data["failed_pairs"] == {"bad": "extract: refused"}
+    for key in ("n_pairs", "n_scored", "n_failed", "mean_actionable_errors", "outcomes",
+                "safety", "attribution", "attributes", "subsets", "warnings"):
+        assert key in data
+
+
+# ----------------------------------------------------------------- 6. empty input
+
+
+def test_empty_records_file_holds_no_records(tmp_path):
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n")):
+        src = tmp_path / name
+        src.write_text(text, encoding="utf-8")
+        assert error_line(run_cli("summary", src)) == f"radmatch: error: {src} holds no records"
+        out = tmp_path / "out.jsonl"
+        assert error_line(run_cli("recompute", src, "-o", out)) == f"radmatch: error: {src} holds no records"
+        assert not out.exists()
+        line = error_line(run_cli("dashboard", src, "-o", tmp_path / "x.html"))
+        assert line == f"radmatch: error: {src} holds no records"
