@@ -190,9 +190,9 @@ def _ci(interval: Optional[list[float]]) -> str:
 
 SHOWN_FAILURES = 10  # failed pairs listed by format_summary; the rest are counted
 GENERIC_NOTE = (
-    "  (GENERIC: a normal finding covered only by a global negative such as \"No acute "
-    "abnormality\" against a specific rule-out; no outcome, no error, no safety credit; "
-    "docs/scoring.md sections 2-3)"
+    '  (GENERIC: a normal finding matched only by a global negative, e.g. "No acute '
+    'abnormality", to a specific rule-out: not graded, no error, no safety credit; '
+    "docs/scoring.md 2-3)"
 )
 
 
