@@ -148,7 +148,8 @@ class LocalTransformersJudge:
         if prefix_text not in self._prefixes:
             ids = tokenizer(prefix_text, return_tensors="pt", add_special_tokens=False)["input_ids"]
             ids = ids.to(self._hf_model.device)
-            cache = self._hf_model(input_ids=ids, use_cache=True).cache
+            with self._torch.inference_mode():
+                cache = self._hf_model(input_ids=ids, use_cache=True).cache
             self._prefixes[prefix_text] = (ids, cache)
         ids, cache = self._prefixes[prefix_text]
         full = tokenizer(full_text, return_tensors="pt", add_special_tokens=False)["input_ids"]
