@@ -189,3 +189,16 @@ def test_records_file_is_owner_only(tmp_path):
         writer.write(failed_input("x", "test"))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads(path.read_text())["failure"]["stage"] == "input"
+
+
+def test_a_judge_passed_in_stays_open_for_its_owner():
+    from radmatch import JudgeConfig
+
+    shared = ScriptedJudge()
+    pair = PairInput(reference="No pneumothorax.", candidate="No pneumothorax.")
+    with Evaluator.from_config(JudgeConfig.from_env({}), judge=shared) as first:
+        first.evaluate([pair])
+    assert not shared.closed  # the caller's judge: a second evaluator may use it
+    with Evaluator(shared) as second:  # built around the judge: this evaluator owns it
+        (record,) = second.evaluate([pair])
+    assert record.scores is not None and shared.closed

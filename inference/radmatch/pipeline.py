@@ -55,6 +55,7 @@ class Evaluator:
         backoff_s: float = 1.0,
         max_wait_s: float = 60.0,
         memo_entries: int = MEMO_ENTRIES,
+        close_judge: bool = True,
     ) -> None:
         check_modality(modality, "The 'modality' parameter of Evaluator")
         if concurrency < 1:
@@ -76,12 +77,14 @@ class Evaluator:
         )
         self._loop = LoopThread()
         # closed by close(), or when garbage-collected, or at exit: never left half-open
-        self._finalizer = weakref.finalize(self, _shut_down, judge, self._loop)
+        self._finalizer = weakref.finalize(self, _shut_down, judge if close_judge else None, self._loop)
 
     @classmethod
     def from_config(cls, config: JudgeConfig, judge: Optional[Judge] = None) -> "Evaluator":
+        """An evaluator for `config`; a `judge` given here stays its caller's to close."""
         return cls(
             judge or config.build_judge(),
+            close_judge=judge is None,
             modality=config.modality,
             concurrency=config.resolved_concurrency,
             cache_dir=config.answer_cache_dir(),
@@ -99,7 +102,10 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        """Close the judge (its HTTP client; an in-process generation stops) and the loop."""
+        """Close the judge, unless its caller keeps it (`close_judge=False`), and the loop.
+
+        Closing a judge closes its HTTP client, or stops its in-process generation.
+        """
         self._finalizer()
 
     def check(self) -> None:
@@ -226,9 +232,10 @@ class Evaluator:
         return record
 
 
-def _shut_down(judge: Judge, loop: LoopThread) -> None:
+def _shut_down(judge: Optional[Judge], loop: LoopThread) -> None:
     try:
-        loop.run(judge.aclose())
+        if judge is not None:
+            loop.run(judge.aclose())
     finally:
         loop.close()
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from radmatch.judges.base import JudgeResult, Message, Usage
+from radmatch.judges.base import JudgeError, JudgeResult, Message, Usage
 
 
 THREADS_ENV = "RADMATCH_TORCH_THREADS"
@@ -123,7 +123,9 @@ class LocalTransformersJudge:
                 return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
         with self._turn, torch.inference_mode():
-            if stop.is_set() or closing.is_set():
+            if closing.is_set():
+                raise JudgeError("the in-process judge was closed")
+            if stop.is_set():
                 raise asyncio.CancelledError()  # abandoned while it waited its turn
             text = self._generator(schema)(
                 Chat(messages),
