@@ -93,7 +93,6 @@ class JudgeCalls:
         stats: Optional[RunStats] = None,
     ) -> None:
         self.judge = judge
-        self.limits = limits
         self.grammar = answer_models(limits)
         self.validators = validation_models(limits)
         self.max_tokens = max_tokens

@@ -38,7 +38,7 @@ from radmatch.judges.base import (
     Usage,
     estimate_tokens,
 )
-from radmatch.judges.endpoints import OPT_IN_HINT, check_endpoint, check_url
+from radmatch.judges.endpoints import check_endpoint, check_url
 
 BACKENDS = ("vllm", "hosted")
 KEY_HINT = (
@@ -243,4 +243,4 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
     return max(0.0, when.timestamp() - time.time())
 
 
-__all__ = ["BACKENDS", "OPT_IN_HINT", "OpenAICompatibleJudge"]
+__all__ = ["BACKENDS", "OpenAICompatibleJudge"]
