@@ -8,10 +8,10 @@ record counts. Memory holds one small tuple of integers per pair, never the reco
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Optional
 
 from radmatch.records import Record
+from radmatch.resampling import wilson_interval
 from radmatch.scoring.results import (
     DIMENSIONS,
     OUTCOME_COUNT_KEYS,
@@ -22,7 +22,6 @@ from radmatch.scoring.results import (
     ratio,
 )
 
-Z_95 = 1.959964
 SUBSET_KEYS = (*OUTCOME_KEYS, "actionable_errors")
 
 # One flat integer vector per pair; FIELDS names its slots.
@@ -41,17 +40,6 @@ FIELDS: tuple[tuple[str, ...], ...] = (
     *(("subsets", name, k) for name in SUBSETS for k in SUBSET_KEYS),
 )
 SLOT = {path: i for i, path in enumerate(FIELDS)}
-
-
-def wilson_interval(successes: int, total: int, z: float = Z_95) -> Optional[list[float]]:
-    """95 % Wilson score interval of a proportion; None when total is 0."""
-    if total == 0:
-        return None
-    p = successes / total
-    denom = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denom
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
 _RATIO_KEYS = ("precision_num", "precision_den", "recall_num", "recall_den")

@@ -35,6 +35,7 @@ from radmatch.vocabulary import (
     GradedDimension,
     MatchScope,
     MeasurementCategory,
+    Quantity,
     Significance,
 )
 
@@ -134,6 +135,7 @@ def answer_models(limits: Limits) -> AnswerModels:
         unit=(Optional[str], Field(default=None, max_length=limits.unit)),
         category=(MeasurementCategory, ...),
         prior=(bool, False),
+        quantity=(Optional[Quantity], None),
     )
     finding = create_model(
         "Finding",
@@ -219,6 +221,7 @@ class Measurement(BaseModel):
     unit: Optional[str] = None
     category: MeasurementCategory
     prior: bool = False
+    quantity: Optional[Quantity] = None
 
 
 class Finding(BaseModel):

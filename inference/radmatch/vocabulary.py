@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from radmatch.thresholds import QUANTITIES
+
 Modality = Literal["chest_xray", "chest_ct", "abdomen_pelvis_ct", "head_ct", "brain_mri"]
 MODALITIES: tuple[str, ...] = get_args(Modality)
 DEFAULT_MODALITY = "chest_xray"
@@ -27,6 +29,8 @@ ClinicalStatus = Literal["normal", "abnormal"]
 Significance = Literal["critical", "urgent", "notable", "routine"]
 Comparison = Literal["stable", "improving", "worsening", "new", "resolved"]
 MeasurementCategory = Literal["size", "count", "attenuation", "ratio", "other"]
+# What a measurement measured, when it is one of the clinical threshold table's quantities.
+Quantity = Literal[QUANTITIES]  # type: ignore[valid-type]
 MatchScope = Literal["direct", "aggregate", "generic"]
 GradedDimension = Literal["location", "severity", "morphology", "certainty", "measurement"]
 ErrorSeverity = Literal["major", "minor"]

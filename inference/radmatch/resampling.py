@@ -1,0 +1,92 @@
+"""Intervals shared by the summary, the metric, `compare` and `agreement`.
+
+Pairs are not independent: a study's candidates share one reference, so every
+bootstrap here resamples whole studies (clusters), with a seeded generator so that
+the same records always give the same interval.
+
+>>> clusters = group_by_study(["s1", "s1", "s2", "s3"])
+>>> clusters
+[[0, 1], [2], [3]]
+>>> low, high = study_bootstrap(clusters, lambda idx: float(len(idx)), n_resamples=200)
+>>> low >= 3 and high <= 6
+True
+>>> [round(x, 3) for x in wilson_interval(8, 10)]
+[0.49, 0.943]
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Callable, Hashable, Optional, Sequence
+
+import numpy as np
+
+N_RESAMPLES = 2000
+SEED = 0
+
+
+def group_by_study(study_ids: Sequence[Hashable]) -> list[list[int]]:
+    """Indices of the items of each study, studies in order of first appearance."""
+    clusters: dict[Hashable, list[int]] = {}
+    for i, study in enumerate(study_ids):
+        clusters.setdefault(study, []).append(i)
+    return list(clusters.values())
+
+
+def resample_studies(
+    clusters: Sequence[Sequence[int]], n_resamples: int = N_RESAMPLES, seed: int = SEED
+):
+    """Yield `n_resamples` index arrays, each drawing len(clusters) whole studies with replacement."""
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(c, dtype=np.intp) for c in clusters]
+    for _ in range(n_resamples):
+        picks = rng.integers(0, len(arrays), size=len(arrays))
+        yield np.concatenate([arrays[k] for k in picks])
+
+
+def study_bootstrap(
+    clusters: Sequence[Sequence[int]],
+    statistic: Callable[[np.ndarray], float],
+    confidence: float = 0.95,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float]:
+    """Percentile interval of `statistic(indices)` over study resamples (nan-valued draws dropped).
+
+    Returns (nan, nan) when there are no studies or every draw is nan.
+    """
+    if not clusters:
+        return (math.nan, math.nan)
+    draws = np.array([statistic(idx) for idx in resample_studies(clusters, n_resamples, seed)])
+    draws = draws[~np.isnan(draws)]
+    if draws.size == 0:
+        return (math.nan, math.nan)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(draws, [alpha, 1 - alpha])
+    return (float(low), float(high))
+
+
+def mean_interval(
+    values: Sequence[float], study_ids: Sequence[Hashable], confidence: float = 0.95,
+    n_resamples: int = N_RESAMPLES, seed: int = SEED,
+) -> tuple[float, float]:
+    """Interval of the mean of `values`, resampling studies (a study's pairs stay together)."""
+    if len(values) != len(study_ids):
+        raise ValueError(f"{len(values)} values but {len(study_ids)} study ids")
+    array = np.asarray(values, dtype=float)
+    return study_bootstrap(
+        group_by_study(study_ids), lambda idx: float(array[idx].mean()), confidence,
+        n_resamples, seed,
+    )
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Optional[list[float]]:
+    """Wilson score interval of a proportion as [low, high] (a list, for JSON); None when n is 0."""
+    if n == 0:
+        return None
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
