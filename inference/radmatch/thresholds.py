@@ -5,6 +5,8 @@ It lives outside `radmatch.scoring` because the answer schemas need its quantity
 
 >>> CLINICAL_THRESHOLDS["ascending_aorta_diameter"].thresholds
 (40.0, 55.0)
+>>> CLINICAL_THRESHOLDS["ascending_aorta_diameter"].meanings
+('dilated', 'surgical repair threshold')
 >>> QUANTITIES[0]
 'cardiothoracic_ratio'
 """
@@ -27,6 +29,18 @@ class ClinicalQuantity:
     unit: str  # "mm" for sizes, "fraction" for ratios
     thresholds: tuple[float, ...]
     meaning: str
+
+    @property
+    def meanings(self) -> tuple[str, ...]:
+        """What crossing each threshold means, in threshold order.
+
+        The meaning column gives one ';'-separated part per threshold ("dilated;
+        surgical repair threshold"), or one text for them all.
+        """
+        parts = tuple(part.strip() for part in self.meaning.split(";"))
+        if len(parts) == len(self.thresholds):
+            return parts
+        return (self.meaning,) * len(self.thresholds)
 
 
 def _load() -> dict[str, ClinicalQuantity]:

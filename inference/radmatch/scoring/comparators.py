@@ -1,7 +1,9 @@
 """Deterministic comparators of a matched unit (docs/scoring.md section 4).
 
 Status and comparison are compared per row; measurements are pooled per unit and
-paired by an optimal assignment within one category and unit family.
+paired by an optimal assignment within one category and unit family. A pair whose
+values share a clinical quantity and lie either side of one of its thresholds
+(radmatch.thresholds) is a major error (rule 6).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from radmatch.schemas import Finding, Measurement
+from radmatch.thresholds import CLINICAL_THRESHOLDS
 from radmatch.scoring.results import UnitError
 
 BENIGN = frozenset({"stable", "improving", "resolved"})
@@ -79,8 +82,8 @@ def comparison_error(pred: Finding, gt: Finding) -> Optional[UnitError]:
 # --------------------------------------------------------------------------- measurements
 
 Family = tuple[str, Optional[str]]  # (category, unit); unit None for ratio and count
-Raw = tuple[str, Optional[str], float]  # (category, synonym-mapped unit, value)
-Pooled = tuple[float, Optional[str]]  # a normalised (value, unit) within one family
+Raw = tuple[str, Optional[str], float, Optional[str]]  # (category, synonym-mapped unit, value, quantity)
+Pooled = tuple[float, Optional[str], Optional[str]]  # a normalised (value, unit, quantity) within one family
 
 
 class Value(NamedTuple):
@@ -89,6 +92,7 @@ class Value(NamedTuple):
     value: float
     category: str
     unit: Optional[str]
+    quantity: Optional[str] = None
 
     @property
     def family(self) -> Family:
@@ -112,7 +116,11 @@ def normalise_unit(unit: Optional[str]) -> Optional[str]:
 
 def _raw(measurements: Iterable[Measurement]) -> list[Raw]:
     """Rule 1 (synonyms, lower case); prior values are left out."""
-    return [(m.category, normalise_unit(m.unit), float(m.value)) for m in measurements if not m.prior]
+    return [
+        (m.category, normalise_unit(m.unit), float(m.value), m.quantity)
+        for m in measurements
+        if not m.prior
+    ]
 
 
 def normalise(
@@ -125,7 +133,8 @@ def normalise(
     """
     sides = (_raw(ref), _raw(cand))
     ref_values, cand_values = (
-        [Value(value, cat, unit) for cat, unit, value in side] for side in _normalise(*sides)
+        [Value(value, cat, unit, quantity) for cat, unit, value, quantity in side]
+        for side in _normalise(*sides)
     )
     return ref_values, cand_values
 
@@ -134,14 +143,14 @@ def _normalise(ref: list[Raw], cand: list[Raw]) -> tuple[list[Raw], list[Raw]]:
     adopt, fraction_ratio = _null_unit_rules(ref, cand)
     out: tuple[list[Raw], list[Raw]] = ([], [])
     for normalised, raw in zip(out, (ref, cand)):
-        for cat, unit, value in raw:
+        for cat, unit, value, quantity in raw:
             if unit is None and cat in adopt:
                 unit = adopt[cat]
             if fraction_ratio and cat == "ratio" and unit == "pct":
                 unit, value = None, value / 100.0
             if cat == "size" and (unit is None or unit in TO_MM):
                 value, unit = value * TO_MM[unit or "mm"], "mm"
-            normalised.append((cat, unit, value))
+            normalised.append((cat, unit, value, quantity))
     return out
 
 
@@ -149,11 +158,11 @@ def _null_unit_rules(ref: list[Raw], cand: list[Raw]) -> tuple[dict[str, str], b
     """Rule 2 for null units: the unit each category adopts, and whether ratios are fractions."""
     adopt: dict[str, str] = {}
     fraction_ratio = False
-    if all(unit is not None for side in (ref, cand) for _, unit, _ in side):
+    if all(raw[1] is not None for side in (ref, cand) for raw in side):
         return adopt, fraction_ratio  # the common case: every value has its unit
     units_of: dict[str, set[Optional[str]]] = {}
     for side in (ref, cand):
-        for cat, unit, _ in side:
+        for cat, unit, _, _ in side:
             units_of.setdefault(cat, set()).add(unit)
     for cat, units in units_of.items():
         if None not in units or len(units) != 2:  # adoption needs nulls and one named unit
@@ -191,22 +200,80 @@ def is_major(a: float, b: float, family: Family) -> bool:
     return _relative(a, b) > 0.20
 
 
-def _pair_cost(a: float, b: float, family: Family) -> float:
-    scale = max(abs(a), abs(b))
-    cost = abs(a - b) / scale if scale else 0.0
-    return cost + (MAJOR_TIE_BREAK if is_major(a, b, family) else 0.0)
+# ----------------------------------------------------------------- clinical thresholds (rule 6)
 
 
-def _assign(a_vals: list[float], b_vals: list[float], family: Family) -> list[tuple[int, int]]:
+def _in_quantity_unit(value: float, unit: Optional[str], category: str, quantity: str) -> Optional[float]:
+    """The value in its quantity's unit (mm or fraction), or None when it has no threshold.
+
+    Only a value of the quantity's own category qualifies: a size in mm (rule 2 has
+    converted mm, cm, m and null), a ratio as a fraction (null) or in pct.
+    """
+    spec = CLINICAL_THRESHOLDS[quantity]
+    if category != spec.category:
+        return None
+    if spec.unit == "mm":
+        return value if unit == "mm" else None
+    if unit is None:
+        return value
+    return value / 100.0 if unit == "pct" else None
+
+
+def crossed_thresholds(a: Pooled, b: Pooled, category: str) -> tuple[float, ...]:
+    """The thresholds of their shared quantity that reference a and candidate b lie either side of.
+
+    Empty unless both carry the same quantity and both convert to its unit. Values
+    are rounded like differences (rule 5), so 2.9 cm is exactly 29 mm.
+    """
+    quantity = a[2]
+    if quantity is None or quantity != b[2]:
+        return ()
+    x = _in_quantity_unit(a[0], a[1], category, quantity)
+    y = _in_quantity_unit(b[0], b[1], category, quantity)
+    if x is None or y is None:
+        return ()
+    x, y = round(x, ROUND), round(y, ROUND)
+    return tuple(t for t in CLINICAL_THRESHOLDS[quantity].thresholds if (x > t) != (y > t))
+
+
+def _is_major_pair(a: Pooled, b: Pooled, family: Family) -> bool:
+    """Rule 5, or rule 6 when it applies; equal values are never an error."""
+    if is_major(a[0], b[0], family):
+        return True
+    if a[2] is None or round(abs(a[0] - b[0]), ROUND) == 0:  # the common case: no quantity
+        return False
+    return bool(crossed_thresholds(a, b, family[0]))
+
+
+def _threshold_note(quantity: str, crossed: tuple[float, ...]) -> str:
+    """': ascending_aorta_diameter crosses 55 mm (surgical repair threshold)'."""
+    spec = CLINICAL_THRESHOLDS[quantity]
+    suffix = " mm" if spec.unit == "mm" else ""
+    meaning = dict(zip(spec.thresholds, spec.meanings))
+    named = [f"{t:g}{suffix} ({meaning[t]})" for t in crossed]
+    return f": {quantity} crosses " + " and ".join(named)
+
+
+# ----------------------------------------------------------------- pairing and comparison
+
+
+def _pair_cost(a: Pooled, b: Pooled, family: Family) -> float:
+    x, y = a[0], b[0]
+    scale = max(abs(x), abs(y))
+    cost = abs(x - y) / scale if scale else 0.0
+    return cost + (MAJOR_TIE_BREAK if _is_major_pair(a, b, family) else 0.0)
+
+
+def _assign(ref: list[Pooled], cand: list[Pooled], family: Family) -> list[tuple[int, int]]:
     """Pairs (i, j) of a maximum-size assignment of least total cost (rule 4)."""
-    if len(a_vals) == 1 and len(b_vals) == 1:  # the common case: nothing to choose
+    if len(ref) == 1 and len(cand) == 1:  # the common case: nothing to choose
         return [(0, 0)]
-    cost = [[_pair_cost(a, b, family) for b in b_vals] for a in a_vals]
-    if len(a_vals) == 1:  # one row or one column: the cheapest cell, without numpy
-        return [(0, min(range(len(b_vals)), key=cost[0].__getitem__))]
-    if len(b_vals) == 1:
-        return [(min(range(len(a_vals)), key=lambda i: cost[i][0]), 0)]
-    if len(a_vals) == 2 and len(b_vals) == 2:  # two pairings: take the clearly cheaper one
+    cost = [[_pair_cost(a, b, family) for b in cand] for a in ref]
+    if len(ref) == 1:  # one row or one column: the cheapest cell, without numpy
+        return [(0, min(range(len(cand)), key=cost[0].__getitem__))]
+    if len(cand) == 1:
+        return [(min(range(len(ref)), key=lambda i: cost[i][0]), 0)]
+    if len(ref) == 2 and len(cand) == 2:  # two pairings: take the clearly cheaper one
         straight, crossed = cost[0][0] + cost[1][1], cost[0][1] + cost[1][0]
         if abs(straight - crossed) > CLEAR_MARGIN:  # (a near tie is scipy's to break)
             return [(0, 0), (1, 1)] if straight < crossed else [(0, 1), (1, 0)]
@@ -223,12 +290,12 @@ def measurement_errors(
         return []
     families: dict[Family, tuple[list[Pooled], list[Pooled]]] = {}
     for side, values in enumerate(_normalise(ref_raw, cand_raw)):
-        for cat, unit, value in values:
+        for cat, unit, value, quantity in values:
             family = _family(cat, unit)
             pooled = families.get(family)
             if pooled is None:
                 pooled = families[family] = ([], [])
-            pooled[side].append((value, unit))
+            pooled[side].append((value, unit, quantity))
     errors: list[UnitError] = []
     for family in sorted(families, key=_family_key) if len(families) > 1 else families:
         _family_errors(family, *families[family], errors)
@@ -239,32 +306,30 @@ def _family_key(family: Family) -> tuple[str, str]:
     return (family[0], family[1] or "")
 
 
-def _value_key(pooled: Pooled) -> tuple[float, str]:
-    return (pooled[0], pooled[1] or "")
+def _value_key(pooled: Pooled) -> tuple[float, str, str]:
+    return (pooled[0], pooled[1] or "", pooled[2] or "")
 
 
 def _fmt(pooled: Pooled) -> str:
-    value, unit = pooled
+    value, unit = pooled[0], pooled[1]
     return f"{value:g} {unit}" if unit else f"{value:g}"
 
 
 def _family_errors(
     family: Family, ref: list[Pooled], cand: list[Pooled], errors: list[UnitError]
 ) -> None:
-    """Rules 4-5 within one family: pair, compare, and report the values left over."""
-    # sorting (by value, then unit) makes the pairing independent of finding order
+    """Rules 4-6 within one family: pair, compare, and report the values left over."""
+    # sorting (by value, unit, quantity) makes the pairing independent of finding order
     if len(ref) > 1:
         ref.sort(key=_value_key)
     if len(cand) > 1:
         cand.sort(key=_value_key)
     category = family[0]
-    pairs = _assign([v for v, _ in ref], [v for v, _ in cand], family) if ref and cand else []
+    pairs = _assign(ref, cand, family) if ref and cand else []
     for i, j in pairs:
-        a, b = ref[i][0], cand[j][0]
-        if round(abs(a - b), ROUND) != 0:
-            severity = "major" if is_major(a, b, family) else "minor"
-            reasoning = f"{category} {_fmt(ref[i])} -> {_fmt(cand[j])}"
-            errors.append(UnitError("measurement", severity, "deterministic", None, None, reasoning))
+        a, b = ref[i], cand[j]
+        if round(abs(a[0] - b[0]), ROUND) != 0:
+            errors.append(_pair_error(a, b, family))
     # a reference value left without a partner is omitted (major); a candidate one, added (minor)
     leftovers = ((ref, "major", "omitted"), (cand, "minor", "added"))
     for side, (values, severity, what) in enumerate(leftovers):
@@ -275,6 +340,19 @@ def _family_errors(
                 for k, pooled in enumerate(values)
                 if k not in paired
             )
+
+
+def _pair_error(a: Pooled, b: Pooled, family: Family) -> UnitError:
+    """The error of two different paired values; a crossed clinical threshold is named."""
+    category = family[0]
+    reasoning = f"{category} {_fmt(a)} -> {_fmt(b)}"
+    crossed = crossed_thresholds(a, b, category) if a[2] is not None else ()
+    if crossed:
+        reasoning += _threshold_note(a[2], crossed)
+    major = bool(crossed) or is_major(a[0], b[0], family)
+    return UnitError(
+        "measurement", "major" if major else "minor", "deterministic", None, None, reasoning
+    )
 
 
 def _unpaired(category: str, pooled: Pooled, severity: str, what: str) -> UnitError:
