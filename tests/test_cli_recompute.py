@@ -206,3 +206,41 @@ def test_ignoring_scores_still_reports_errors_elsewhere_by_field():
     with pytest.raises(ValidationError) as caught:
         parse_record(json.dumps(data), ignore_scores=True)
     assert "field 'stages.reference_findings.0.clinical_status'" in describe_error(caught.value)
+
+
+def _with_errors(pair_id: str, study_id, errors: int):
+    """A scored record with `errors` actionable errors (missed urgent findings)."""
+    from radmatch.recompute import score_record
+
+    gt = [f(f"gt_{i}", sig="urgent") for i in range(1, errors + 1)] or [f("gt_1", sig="routine")]
+    rec = record(pair_id, gt, [], matching([], [], [g.id for g in gt]))
+    rec.study_id = study_id
+    rec = score_record(rec)
+    assert rec.scores.actionable_errors == errors
+    return rec
+
+
+def test_summary_mean_has_a_seeded_bootstrap_interval_over_studies(tmp_path):
+    from radmatch.resampling import mean_interval
+
+    # two studies of two pairs each, and two pairs without a study id (their own studies)
+    recs = [_with_errors("a1", "A", 0), _with_errors("a2", "A", 1), _with_errors("b1", "B", 3),
+            _with_errors("b2", "B", 2), _with_errors("c", None, 1), _with_errors("d", None, 0)]
+    summary = summarize(recs).to_dict()
+    low, high = summary["mean_actionable_errors_ci"]
+    assert low <= summary["mean_actionable_errors"] <= high and low < high
+    assert summary["n_studies"] == 4
+    studies = ["A", "A", "B", "B", ("pair", "c"), ("pair", "d")]
+    assert [low, high] == pytest.approx(list(mean_interval([0, 1, 3, 2, 1, 0], studies)))
+    assert summarize(recs).to_dict()["mean_actionable_errors_ci"] == [low, high]  # seeded
+    # a failed pair is not in the interval
+    failed = fig3_record("f").model_copy(update={"error": "judge timed out"})
+    assert summarize([*recs, failed]).to_dict()["mean_actionable_errors_ci"] == [low, high]
+    assert summarize([failed]).to_dict()["mean_actionable_errors_ci"] is None
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [r.to_json() for r in recs])
+    data = json.loads(run_cli("summary", str(src), "--json", check=True).stdout)
+    assert data["mean_actionable_errors_ci"] == pytest.approx([low, high])
+    text = run_cli("summary", str(src), check=True).stdout
+    assert f"95% CI [{low:.3f}, {high:.3f}], bootstrap over 4 studies" in text

@@ -1,17 +1,20 @@
 """Corpus scores over records (docs/scoring.md section 6).
 
 Counts are summed over scored records; safety and attribution numerators and
-denominators are pooled (micro average) with 95 % Wilson intervals; failed records
-are counted apart and never scored. When a pair_id occurs more than once the last
-record counts. Memory holds one small tuple of integers per pair, never the records.
+denominators are pooled (micro average) with 95 % Wilson intervals; the mean
+actionable errors per pair has a 95 % bootstrap interval over studies (seeded: the
+same records give the same interval; a pair without a study id is its own study).
+Failed records are counted apart and never scored. When a pair_id occurs more than
+once the last record counts. Memory holds one small tuple of integers per pair (and
+its study id), never the records.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Hashable, Iterable, Optional
 
 from radmatch.records import Record
-from radmatch.resampling import wilson_interval
+from radmatch.resampling import mean_interval, wilson_interval
 from radmatch.scoring.results import (
     DIMENSIONS,
     OUTCOME_COUNT_KEYS,
@@ -72,14 +75,17 @@ class CorpusSummary:
     """Folds records one at a time; `to_dict()` gives the corpus view."""
 
     def __init__(self, *, streaming: bool = False) -> None:
-        """`streaming=True` folds each record into running sums and keeps only pair ids,
-        for a run whose pair_ids are known to be unique (memory stays flat); by default
+        """`streaming=True` folds each record into running sums and keeps only pair ids
+        (with each pair's study and count, for the mean's interval), for a run whose
+        pair_ids are known to be unique (memory stays small); by default
         every pair's contribution is kept, so that a repeated pair_id replaces its own.
         """
         self._by_pair: dict[str, tuple[int, ...]] = {}
         self._folded = [0] * len(FIELDS) if streaming else None
         self._seen: set[str] = set()
         self._failed: dict[str, str] = {}
+        # pair_id -> (study, actionable errors or None when failed): the mean's interval
+        self._errors: dict[str, tuple[Hashable, Optional[int]]] = {}
         self.warnings: list[str] = []
         self._duplicates = 0
 
@@ -94,8 +100,11 @@ class CorpusSummary:
             self._folded = [a + b for a, b in zip(self._folded, contribution)]
         else:
             self._by_pair[pair_id] = contribution
-        if contribution[SLOT[("failed",)]]:
+        failed = contribution[SLOT[("failed",)]]
+        if failed:
             self._failed[pair_id] = record.error or "not scored"
+        study = ("study", record.study_id) if record.study_id else ("pair", pair_id)
+        self._errors[pair_id] = (study, None if failed else contribution[SLOT[("actionable_errors",)]])
 
     def extend(self, records: Iterable[Record]) -> "CorpusSummary":
         for record in records:
@@ -108,6 +117,17 @@ class CorpusSummary:
             return dict(zip(FIELDS, self._folded))
         sums = [sum(column) for column in zip(*self._by_pair.values())] or [0] * len(FIELDS)
         return dict(zip(FIELDS, sums))
+
+    def mean_interval(self) -> tuple[Optional[list[float]], int]:
+        """95 % interval of the mean actionable errors per scored pair, resampling
+        studies (radmatch.resampling, seeded), and the number of studies; (None, n)
+        when no pair is scored."""
+        scored = [(study, errors) for study, errors in self._errors.values() if errors is not None]
+        studies = len({study for study, _ in scored})
+        if not scored:
+            return None, studies
+        low, high = mean_interval([e for _, e in scored], [s for s, _ in scored])
+        return [low, high], studies
 
     def to_dict(self) -> dict[str, Any]:
         totals = self.totals()
@@ -143,11 +163,14 @@ class CorpusSummary:
                 "rate_ci": wilson_interval(attributed, findings),
             }
         actionable = get("actionable_errors")
+        mean_ci, n_studies = self.mean_interval()
         return {
             "n_pairs": len(self._seen),
             "n_scored": n_scored,
             "n_failed": get("failed"),
             "mean_actionable_errors": ratio(actionable, n_scored),
+            "mean_actionable_errors_ci": mean_ci,
+            "n_studies": n_studies,
             "actionable_errors": actionable,
             "outcomes": {k: get("outcomes", k) for k in OUTCOME_COUNT_KEYS},
             "safety": safety,
@@ -176,6 +199,15 @@ def _ci(interval: Optional[list[float]]) -> str:
     return "" if interval is None else f"[{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]"
 
 
+def _mean_ci(summary: dict[str, Any]) -> str:
+    interval = summary.get("mean_actionable_errors_ci")
+    if interval is None:
+        return ""
+    studies = summary.get("n_studies")
+    over = f", bootstrap over {studies} {'study' if studies == 1 else 'studies'}" if studies else ""
+    return f"   95% CI [{interval[0]:.3f}, {interval[1]:.3f}]{over}"
+
+
 SHOWN_FAILURES = 10  # failed pairs listed by format_summary; the rest are counted
 GENERIC_NOTE = (
     '  (GENERIC: a normal finding matched only by a global negative, e.g. "No acute '
@@ -194,7 +226,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [
         f"pairs {summary['n_pairs']}   scored {summary['n_scored']}   failed {summary['n_failed']}",
         *([f"judge{'s' if len(judges) > 1 else ''}: {', '.join(judges)}"] if judges else []),
-        "mean actionable errors per pair: " + ("n/a" if mean is None else f"{mean:.3f}"),
+        "mean actionable errors per pair: " + ("n/a" if mean is None else f"{mean:.3f}")
+        + _mean_ci(summary),
         "outcomes: "
         + "  ".join(f"{k.upper()} {v}" for k, v in summary["outcomes"].items()),
         *([GENERIC_NOTE] if "generic" in summary["outcomes"] else []),
