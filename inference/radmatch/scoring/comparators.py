@@ -15,8 +15,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from radmatch.schemas import Finding, Measurement
-from radmatch.thresholds import CLINICAL_THRESHOLDS
 from radmatch.scoring.results import UnitError
+from radmatch.thresholds import CLINICAL_THRESHOLDS
 
 BENIGN = frozenset({"stable", "improving", "resolved"})
 ACTIVE = frozenset({"worsening", "new"})
@@ -82,8 +82,10 @@ def comparison_error(pred: Finding, gt: Finding) -> Optional[UnitError]:
 # --------------------------------------------------------------------------- measurements
 
 Family = tuple[str, Optional[str]]  # (category, unit); unit None for ratio and count
-Raw = tuple[str, Optional[str], float, Optional[str]]  # (category, synonym-mapped unit, value, quantity)
-Pooled = tuple[float, Optional[str], Optional[str]]  # a normalised (value, unit, quantity) within one family
+# (category, synonym-mapped unit, value, quantity)
+Raw = tuple[str, Optional[str], float, Optional[str]]
+# a normalised (value, unit, quantity) within one family
+Pooled = tuple[float, Optional[str], Optional[str]]
 
 
 class Value(NamedTuple):
@@ -203,7 +205,9 @@ def is_major(a: float, b: float, family: Family) -> bool:
 # ----------------------------------------------------------------- clinical thresholds (rule 6)
 
 
-def _in_quantity_unit(value: float, unit: Optional[str], category: str, quantity: str) -> Optional[float]:
+def _in_quantity_unit(
+    value: float, unit: Optional[str], category: str, quantity: str
+) -> Optional[float]:
     """The value in its quantity's unit (mm or fraction), or None when it has no threshold.
 
     Only a value of the quantity's own category qualifies: a size in mm (rule 2 has
