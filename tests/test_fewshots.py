@@ -24,7 +24,7 @@ GradingAnswer = ANSWER_MODELS["grade"]
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = [(m, s) for m in P.MODALITIES for s in P.STAGES]
-WORD_LIMITS = {"indication": 1200, "extract": 1800, "match": 1200, "grade": 1200}
+WORD_LIMITS = {"indication": 1200, "extract": 2400, "match": 1200, "grade": 1200}
 MAX_EXEMPLAR_CHARS = 3200  # about 700 SmolLM2 tokens of JSON
 
 
