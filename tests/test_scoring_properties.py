@@ -6,19 +6,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import record
+from legacy_measurements import scored_by_legacy, without_quantities
 from radmatch.recompute import score_record
 from radmatch.record_io import parse_record
 from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
+from radmatch.thresholds import QUANTITIES
 
 STATUS = st.sampled_from(["normal", "abnormal"])
 TIER = st.sampled_from(["critical", "urgent", "notable", "routine"])
 COMPARISON = st.sampled_from([None, "stable", "improving", "worsening", "new", "resolved"])
+# values on both sides of the clinical thresholds (docs/scoring.md 4.6) among them
+VALUES = [0, 0.49, 0.5, 0.52, 2, 2.4, 4.4, 5.5, 6.5, 10, 12, 15, 26, 29, 31, 50, 54, 55, 56, 81]
+QUANTITY = st.sampled_from([None, None, *QUANTITIES])
 MEASUREMENT = st.builds(
     Measurement,
-    value=st.sampled_from([0, 0.5, 2, 2.4, 4.4, 10, 12, 15, 26, 55]),
+    value=st.sampled_from(VALUES),
     unit=st.sampled_from([None, "mm", "cm", "hu", "pct", "%", "SUV"]),
     category=st.sampled_from(["size", "count", "attenuation", "ratio", "other"]),
     prior=st.booleans(),
+    quantity=QUANTITY,
 )
 
 
@@ -145,6 +151,90 @@ def test_order_of_findings_and_rows_changes_no_score(rec, rnd: random.Random):
     assert sorted(again.repairs) == sorted(base.repairs)
 
 
+# --------------------------------------------------------------------------- clinical thresholds
+
+SEVERITY_RANK = {"COR": 0, "PAR": 1, "INC": 2}
+
+
+@COMMON
+@given(pairs())
+def test_removing_every_quantity_gives_the_scores_of_the_rule_without_thresholds(rec):
+    # the reference: the comparator as it was before thresholds, frozen in legacy_measurements
+    old = scored_by_legacy(rec)
+    stripped = score_record(without_quantities(rec))
+    assert stripped.scores == old.scores
+    assert stripped.repairs == old.repairs
+
+
+def split_errors(unit):
+    """(the unit's pooled measurement errors, all its other errors)."""
+    pooled = [e.source == "deterministic" and e.dimension == "measurement" for e in unit.errors]
+    return (
+        [e for e, p in zip(unit.errors, pooled) if p],
+        [e for e, p in zip(unit.errors, pooled) if not p],
+    )
+
+
+def majors(errors):
+    return sum(e.severity == "major" for e in errors)
+
+
+@COMMON
+@given(pairs())
+def test_thresholds_only_turn_minor_into_major(rec):
+    with_thresholds = score_record(rec).scores
+    without = score_record(without_quantities(rec)).scores
+    assert with_thresholds.actionable_errors >= without.actionable_errors
+    assert len(with_thresholds.units) == len(without.units)
+    for new, old in zip(with_thresholds.units, without.units):
+        assert (new.kind, new.gt_ids, new.pred_ids) == (old.kind, old.gt_ids, old.pred_ids)
+        if new.kind != "matched":
+            assert new.outcome == old.outcome
+            continue
+        assert SEVERITY_RANK[new.outcome] >= SEVERITY_RANK[old.outcome]
+        (new_pooled, new_other), (old_pooled, old_other) = split_errors(new), split_errors(old)
+        assert new_other == old_other
+        assert len(new_pooled) == len(old_pooled) and majors(new_pooled) >= majors(old_pooled)
+        if not any(" crosses " in e.reasoning for e in new_pooled):  # no threshold, no change
+            assert new.outcome == old.outcome
+
+
+SIZE_QUANTITIES = [q for q in QUANTITIES if q != "cardiothoracic_ratio"]
+
+
+def without_quantities_of(measurements):
+    return [m.model_copy(update={"quantity": None}) for m in measurements]
+
+
+@COMMON
+@given(
+    st.sampled_from(VALUES),
+    st.sampled_from(VALUES),
+    st.sampled_from(["mm", "cm"]),
+    st.sampled_from(SIZE_QUANTITIES),
+)
+def test_a_threshold_decides_a_pair_only_by_crossing(a, b, unit, quantity):
+    from radmatch.scoring.comparators import measurement_errors
+    from radmatch.thresholds import CLINICAL_THRESHOLDS
+
+    ref = [Measurement(value=a, unit=unit, category="size", quantity=quantity)]
+    cand = [Measurement(value=b, unit=unit, category="size", quantity=quantity)]
+    plain = measurement_errors(*(without_quantities_of(ms) for ms in (ref, cand)))
+    judged = measurement_errors(ref, cand)
+    scale = 10 if unit == "cm" else 1
+    crosses = any(
+        (round(a * scale, 6) > t) != (round(b * scale, 6) > t)
+        for t in CLINICAL_THRESHOLDS[quantity].thresholds
+    )
+    if not plain:
+        assert judged == []
+        return
+    ((new,), (old,)) = judged, plain
+    assert new.severity == ("major" if crosses else old.severity)
+    assert (" crosses " in new.reasoning) is crosses
+    assert new.reasoning.startswith(old.reasoning)
+
+
 @COMMON
 @given(pairs())
 def test_corpus_tally_puts_each_count_in_the_slot_its_field_names(rec):
@@ -167,27 +257,40 @@ def test_corpus_tally_puts_each_count_in_the_slot_its_field_names(rec):
 # Each shortcut of the scoring core must give what the general rule gives.
 
 
-TWO_VALUES = st.lists(
-    st.sampled_from([0, 0.5, 2, 2.4, 4.4, 5, 10, 12, 20, 26, -15]), min_size=2, max_size=2
+POOLED_VALUES = st.lists(
+    st.tuples(
+        st.sampled_from([0, 0.5, 2, 2.4, 4.4, 5, 5.5, 6.5, 10, 12, 20, 26, -15, 54, 56]),
+        st.sampled_from(["ascending_aorta_diameter", "solid_nodule_diameter", None]),
+    ),
+    min_size=1,
+    max_size=3,
 )
 
 
 @COMMON
 @given(
-    TWO_VALUES,
-    TWO_VALUES,
+    POOLED_VALUES,
+    POOLED_VALUES,
     st.sampled_from([("size", "mm"), ("ratio", None), ("count", None), ("attenuation", "hu")]),
 )
-def test_two_by_two_pairing_is_the_general_solvers(ref, cand, family):
+def test_fast_pairings_are_the_general_solvers(ref, cand, family):
     import numpy as np
     from scipy.optimize import linear_sum_assignment
 
-    from radmatch.scoring.comparators import _assign, _pair_cost
+    from radmatch.scoring.comparators import _assign, _pair_cost, _value_key
 
-    ref, cand = sorted(ref), sorted(cand)  # as the comparator passes them
+    category, unit = family
+    # pooled as the comparator pools them, sorted as it sorts them
+    ref, cand = ([(v, unit, q) for v, q in side] for side in (ref, cand))
+    ref.sort(key=_value_key)
+    cand.sort(key=_value_key)
     cost = np.array([[_pair_cost(a, b, family) for b in cand] for a in ref])
     rows, cols = linear_sum_assignment(cost)
-    assert _assign(ref, cand, family) == list(zip(rows.tolist(), cols.tolist()))
+    chosen = _assign(ref, cand, family)
+    if len(ref) == 1 or len(cand) == 1:  # one row or column: a cheapest cell
+        assert [cost[i, j] for i, j in chosen] == [cost.min()]
+    else:
+        assert chosen == list(zip(rows.tolist(), cols.tolist()))
 
 
 @COMMON

@@ -7,11 +7,11 @@ import random
 import re
 from pathlib import Path
 
-import dashboard_fixtures as fx
 import pytest
+
+import dashboard_fixtures as fx
 from builders import f, fig3_record, m, matching, record, row
 from legacy_measurements import has_quantities, scored_by_legacy, without_quantities
-
 from radmatch.corpus import CorpusSummary
 from radmatch.recompute import recompute_lines, score_record
 from radmatch.record_io import parse_record
