@@ -245,11 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands defined next to their code; each module imports only what parsing needs."""
+    from radmatch.agreement.cli import add_agreement_parser
+    from radmatch.baselines import add_baseline_parser
     from radmatch.cli_evaluate import add_evaluate_parser
     from radmatch.dashboard import add_dashboard_parser
     from radmatch.metric_install import add_install_metric_parser
 
-    return [add_evaluate_parser, add_dashboard_parser, add_install_metric_parser]
+    return [add_evaluate_parser, add_dashboard_parser, add_install_metric_parser,
+            add_agreement_parser, add_baseline_parser]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
