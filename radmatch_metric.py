@@ -15,14 +15,18 @@ import evaluate
 
 import radmatch.metric
 
+_HOMEPAGE = "https://github.com/raidium-med/RadMatch"
+_LICENSE = "Apache-2.0"
 _CITATION = """\
-@article{radmatch,
-  title  = {RadMatch: auditable radiology report evaluation by finding-level matching},
-  author = {RadMatch authors},
+@misc{corbiere2026radmatch,
+  title  = {{RadMatch}: Auditable Radiology Report Evaluation via Finding-Level Matching},
+  author = {Corbi{\\`e}re, Charles and Machado, L{\\'e}o and Charley, Aubin and
+            Callard, Baptiste and Manceron, Pierre and Dancette, Corentin},
   year   = {2026},
-  note   = {Counts clinically actionable errors of a candidate report against a reference}
+  note   = {Raidium, Paris, France}
 }
 """
+EXTRAS = radmatch.metric.PER_PAIR_EXTRAS
 
 _DESCRIPTION = """\
 RadMatch scores a candidate radiology report against a reference report by counting
@@ -49,17 +53,23 @@ Args:
     references (`list` of `str`): reference reports, aligned with `predictions`.
     indications (`list` of `str` or None, optional): the clinical indication per pair.
         Without it, the indication is read from an "Indication:" line of the reference.
-    study_ids (`list` of `str` or None, optional): study ids, kept in the records.
+    study_ids (`list` of `str` or None, optional): study ids, kept in the records; the
+        interval of the mean resamples studies (a pair without one is its own study).
     pair_ids (`list` of `str`, optional): unique pair ids (default: the position).
     modalities (`str` or `list` of `str`, optional): modality per pair (default: the
         metric's `modality` option, "chest_xray"). Picks the few-shot exemplars.
-    The optional extras are keyword arguments of `compute()` only (`add_batch` takes
-    `predictions` and `references`); after `add_batch` calls, pass them to `compute()`
-    covering every pair added.
+    The optional extras go with their pairs, to `compute()` or to each `add_batch()`
+    (a list per batch, like `predictions`); an extra given to a final `compute()`
+    without predictions covers every pair added and replaces what the batches gave.
+    progress (`bool`, optional): show the progress bar on stderr (default: the
+        metric's `progress` option, on).
 Returns:
     actionable_errors (`list` of `int` or None): per pair, aligned with the inputs; None
         when the pair failed (a failure is never 0 errors).
     mean_actionable_errors (`float` or None): over the scored pairs.
+    mean_actionable_errors_ci (`list` of two `float`, or None): its 95 % interval,
+        bootstrap over studies (2,000 resamples, seeded: the same pairs give the same
+        interval).
     triage_precision, triage_recall, actionable_precision, actionable_recall (`float`
         or None): pooled over the scored pairs; None when undefined.
     n_pairs, n_scored, n_failed (`int`).
@@ -73,7 +83,7 @@ Examples:
     >>> import evaluate
     >>> radmatch_metric = evaluate.load("radmatch_metric.py")
     >>> sorted(radmatch_metric.features)
-    ['predictions', 'references']
+    ['indications', 'modalities', 'pair_ids', 'predictions', 'references', 'study_ids']
 
     A judge that cannot be reached fails every pair; the pair is reported as failed:
 
@@ -82,7 +92,7 @@ Examples:
     >>> results = radmatch_metric.compute(
     ...     predictions=["No pleural effusion."],
     ...     references=["Small right pleural effusion."],
-    ...     study_ids=["study-1"])
+    ...     study_ids=["study-1"], progress=False)
     >>> results["actionable_errors"], results["n_failed"], results["mean_actionable_errors"]
     ([None], 1, None)
     >>> results["records"][0]["study_id"], results["records"][0]["error"][:8]
@@ -98,18 +108,52 @@ class RadMatch(evaluate.Metric):
         module_kwargs, options = radmatch.metric.split_init_kwargs(kwargs)
         super().__init__(**module_kwargs)
         self._scorer = radmatch.metric.MetricScorer(**options)
+        self._final_extras = {}
 
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
             citation=_CITATION,
+            homepage=_HOMEPAGE,
+            license=_LICENSE,
             inputs_description=_KWARGS_DESCRIPTION,
+            # the per-pair extras are stored beside the pairs (absent: "", read back as None)
             features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+                {name: datasets.Value("string") for name in ("predictions", "references", *EXTRAS)}
             ),
-            codebase_urls=[],
+            codebase_urls=[_HOMEPAGE],
             reference_urls=[],
         )
 
-    def _compute(self, predictions, references, **extras):
-        return self._scorer.compute(predictions, references, **extras)
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """Add pairs, with any per-pair extras (`indications`, `study_ids`, `pair_ids`,
+        `modalities`) as lists of the batch's length (`modalities` may be one string)."""
+        n = len(predictions) if predictions is not None else len(references or [])
+        extras = radmatch.metric.batch_extras(n, kwargs)
+        return super().add_batch(predictions=predictions, references=references, **extras)
+
+    def add(self, *, prediction=None, reference=None, **kwargs):
+        """Add one pair; extras by their singular names (`study_id=...`) or the plural ones."""
+        singular = {name[:-1]: name for name in EXTRAS}
+        given = {singular.get(k, k): v for k, v in kwargs.items()}
+        extras = radmatch.metric.batch_extras(1, {k: None if v is None else [v] for k, v in given.items()})
+        return super().add(prediction=prediction, reference=reference,
+                           **{k: v[0] for k, v in extras.items()})
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """Score the pairs given here and those added with `add_batch`/`add`."""
+        extras = {k: kwargs.pop(k) for k in EXTRAS if k in kwargs}
+        if predictions is None and references is None:  # after add_batch: covering every pair
+            self._final_extras = extras
+            try:
+                return super().compute(**kwargs)
+            finally:
+                self._final_extras = {}
+        n = len(predictions) if predictions is not None else len(references)
+        return super().compute(predictions=predictions, references=references,
+                               **radmatch.metric.batch_extras(n, extras), **kwargs)
+
+    def _compute(self, predictions, references, progress=None, **columns):
+        unknown = {k: v for k, v in columns.items() if k not in EXTRAS}  # refused, with a hint
+        extras = radmatch.metric.stored_extras(columns, self._final_extras)
+        return self._scorer.compute(predictions, references, progress=progress, **extras, **unknown)

@@ -24,7 +24,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pytest
 
 from radmatch import Evaluator, JudgeConfig, PairInput
-from radmatch.metric import MetricScorer, make_pairs, split_init_kwargs
+from radmatch.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
 from radmatch.metric_install import add_install_metric_parser, install_metric, script_path
 from radmatch.record_io import read_records
 from radmatch.testing.scripted import RecordingJudge, ScriptedJudge
@@ -100,6 +100,7 @@ FAILING_COMPUTE = """
                              references=["Small right pleural effusion."])
     print(json.dumps({"cls": type(metric).__name__, "features": sorted(metric.features),
                       "citation": metric.citation, "description": metric.description,
+                      "homepage": metric.homepage, "license": metric.license,
                       "errors": results["actionable_errors"], "n_failed": results["n_failed"],
                       "record_error": results["records"][0]["error"]}))
 """
@@ -107,8 +108,9 @@ FAILING_COMPUTE = """
 
 def check_failing_compute(out: dict) -> None:
     assert out["cls"] == "RadMatch"
-    assert out["features"] == ["predictions", "references"]
+    assert out["features"] == sorted(["predictions", "references", *PER_PAIR_EXTRAS])
     assert "RadMatch" in out["citation"] and "RADMATCH_BASE_URL" in out["description"]
+    assert out["license"] == "Apache-2.0" and out["homepage"].startswith("https://")
     assert out["errors"] == [None] and out["n_failed"] == 1  # failed, never 0 errors
     assert out["record_error"].startswith("extract:")
 
@@ -308,6 +310,70 @@ def test_add_batch_streaming_then_compute_with_extras():
     once = load_metric(judge=ScriptedJudge(), cache=False).compute(
         predictions=[REF, C1, C4], references=[REF, REF, REF2])
     assert once["actionable_errors"] == out["actionable_errors"]
+
+
+def test_add_batch_takes_the_per_pair_extras_like_predictions():
+    """Extras go with their batch (evaluate's add_batch convention), a batch without
+    them leaves its pairs' extras unset; `add` takes them by their singular names."""
+    metric = load_metric(judge=ScriptedJudge(), cache=False)
+    metric.add_batch(predictions=[REF, C1], references=[REF, REF], study_ids=["a", "b"],
+                     indications=["Dyspnoea.", None], modalities="chest_xray")
+    metric.add_batch(predictions=[C4], references=[REF2])  # no extras for this batch
+    metric.add(prediction=C2, reference=REF, study_id="d", pair_id="p-d")
+    out = metric.compute(progress=False)
+    records = out["records"]
+    assert [r["candidate"] for r in records] == [REF, C1, C4, C2]
+    assert [r["study_id"] for r in records] == ["a", "b", None, "d"]
+    assert [r["indication"] for r in records][:3] == ["Dyspnoea.", None, None]
+    assert [r["modality"] for r in records][:2] == ["chest_xray", "chest_xray"]
+    assert [r["pair_id"] for r in records] == ["0", "1", "2", "p-d"]
+    with pytest.raises(ValueError, match="'study_ids' parameter.*one entry per pair \\(2\\)"):
+        metric.add_batch(predictions=[REF, C1], references=[REF, REF], study_ids=["only one"])
+    with pytest.raises(TypeError, match="per-pair extras"):
+        metric.add_batch(predictions=[REF], references=[REF], study_id=["a"])
+    with pytest.raises(ValueError, match="modalities"):
+        metric.add_batch(predictions=[REF], references=[REF], modalities=["dental"])
+    # compute() with the pairs takes the extras the same way; a misspelt one is refused
+    once = metric.compute(predictions=[C1], references=[REF], study_ids=["z"], progress=False)
+    assert once["records"][0]["study_id"] == "z"
+    with pytest.raises(TypeError, match="modalities="):
+        metric.compute(predictions=[C1], references=[REF], modality="chest_xray")
+
+
+def test_compute_shows_the_clis_progress_bar_unless_turned_off(capsys, monkeypatch):
+    monkeypatch.delenv("RADMATCH_PROGRESS", raising=False)
+    metric = load_metric(judge=ScriptedJudge(), cache=False)
+    capsys.readouterr()
+    metric.compute(predictions=[C1, C2, C3], references=[REF, REF, REF])
+    err = capsys.readouterr().err
+    assert "3/3" in err and "pair" in err and "pairs_per_s" in err  # tqdm, as `radmatch evaluate`
+    metric.compute(predictions=[C1], references=[REF], progress=False)
+    assert capsys.readouterr().err == ""
+    quiet = load_metric(judge=ScriptedJudge(), cache=False, progress=False)
+    quiet.compute(predictions=[C1], references=[REF])
+    assert capsys.readouterr().err == ""
+    assert MetricScorer(env={"RADMATCH_PROGRESS": "0"}).progress is False
+    with pytest.raises(ValueError, match="progress"):
+        MetricScorer(env={}, progress="sometimes")
+
+
+def test_mean_actionable_errors_has_a_seeded_interval_over_studies():
+    from radmatch.resampling import mean_interval
+
+    metric = load_metric(judge=ScriptedJudge(), cache=False, progress=False)
+    kwargs = dict(
+        predictions=[REF, C1, C2, C3, C4, "FAIL"], references=[REF, REF, REF, REF, REF2, REF],
+        study_ids=["s1", "s1", "s2", "s2", None, "s3"],
+    )
+    out = metric.compute(**kwargs)
+    errors = out["actionable_errors"]
+    low, high = out["mean_actionable_errors_ci"]
+    assert low <= out["mean_actionable_errors"] <= high
+    # the failed pair is left out; the pair without a study id is its own study
+    expected = mean_interval(errors[:5], ["s1", "s1", "s2", "s2", "own"])
+    assert [low, high] == pytest.approx(list(expected))
+    assert out["summary"]["mean_actionable_errors_ci"] == [low, high]
+    assert metric.compute(**kwargs)["mean_actionable_errors_ci"] == [low, high]  # seeded
 
 
 def test_second_compute_calls_the_judge_only_for_new_candidates():

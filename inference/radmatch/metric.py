@@ -16,6 +16,9 @@ Options (keyword arguments of `evaluate.load(...)`; each also has a RADMATCH_* v
     temperature, thinking, context_window, local_model_dir, concurrency, cache,
     judge_cache_dir (RADMATCH_JUDGE_CACHE_DIR), modality, max_tokens,
     records_path (RADMATCH_RECORDS_PATH: append every record to this JSONL file),
+    progress (RADMATCH_PROGRESS: the CLI's progress bar on stderr during compute(); on
+    by default, `progress=False` or RADMATCH_PROGRESS=0 turns it off; compute(progress=...)
+    overrides it for one call),
     judge (a ready `radmatch` judge object; for tests and custom backends)
 
 `cache_dir` and `timeout` belong to `evaluate` itself (where it buffers predictions, and
@@ -43,13 +46,18 @@ from radmatch.vocabulary import MODALITIES
 log = logging.getLogger(__name__)
 
 RECORDS_PATH_ENV = "RADMATCH_RECORDS_PATH"
+PROGRESS_ENV = "RADMATCH_PROGRESS"
 # Metric option -> JudgeConfig field, where the names differ.
 _RENAMED = {"judge_cache_dir": "cache_dir"}
 JUDGE_OPTIONS = tuple(
     sorted({*(f for f in JudgeConfig.model_fields if f != "cache_dir"), *_RENAMED})
 )
-OPTIONS = (*JUDGE_OPTIONS, "records_path", "judge")
+OPTIONS = (*JUDGE_OPTIONS, "records_path", "progress", "judge")
 PER_PAIR_EXTRAS = ("indications", "study_ids", "pair_ids", "modalities")
+# add_batch stores the extras beside predictions and references (evaluate's Arrow
+# buffer, so they travel with them across processes); an absent value is stored as
+# this, which the buffer accepts where it refuses None, and read back as None.
+ABSENT = ""
 SAFETY_KEYS = tuple(
     (f"{tier}_{name}", tier, name) for tier in ("triage", "actionable") for name in ("precision", "recall")
 )
@@ -85,7 +93,19 @@ def options_help() -> str:
         var = ENV_VARS.get(_RENAMED.get(option, option))
         lines.append(f"{option}" + (f" ({var})" if var else ""))
     lines.append(f"records_path ({RECORDS_PATH_ENV})")
+    lines.append(f"progress ({PROGRESS_ENV})")
     return ", ".join(lines)
+
+
+def _flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"{name} must be true or false; got {value!r} instead")
 
 
 # ---------------------------------------------------------------------------- scorer
@@ -98,6 +118,7 @@ class MetricScorer:
         self,
         *,
         records_path: str | None = None,
+        progress: bool | None = None,
         judge: Any = None,
         env: dict[str, str] | None = None,
         **options: Any,
@@ -106,6 +127,9 @@ class MetricScorer:
         renamed = {_RENAMED.get(k, k): v for k, v in options.items()}
         self.config = JudgeConfig.from_env(env, **renamed)  # fails at load, not mid-epoch
         self.records_path = records_path or env.get(RECORDS_PATH_ENV) or None
+        if progress is None:
+            progress = _flag(env.get(PROGRESS_ENV, "1"), PROGRESS_ENV)
+        self.progress = _flag(progress, "progress")
         self._judge = judge
         self._evaluator: Evaluator | None = None
         self._build_lock = threading.Lock()
@@ -133,14 +157,29 @@ class MetricScorer:
                 self._evaluator = Evaluator.from_config(self.config, judge=self._judge)
             return self._evaluator
 
-    def evaluate(self, pairs: list[PairInput]) -> tuple[list[Record], int]:
-        """Records in input order and the number of judge calls this run made."""
+    def evaluate(self, pairs: list[PairInput], *, progress: bool = False) -> tuple[list[Record], int]:
+        """Records in input order and the number of judge calls this run made.
+
+        `progress=True` shows the CLI's progress bar (tqdm, on stderr) while pairs run.
+        """
+        from radmatch.cli_evaluate import _progress  # the bar `radmatch evaluate` shows
+
         evaluator = self.evaluator
         before = evaluator.stats.judge_calls
         writer = RecordWriter(self.records_path, append=True) if self.records_path else None
+        bar = _progress(len(pairs), quiet=not progress)
+        stats = evaluator.stats
+
+        def on_record(record: Record) -> None:
+            if writer is not None:
+                writer.write(record)
+            bar.update(1)
+            bar.set_postfix(pairs_per_s=f"{stats.pairs_per_s:.3g}", failed=stats.failed)
+
         try:
-            records = evaluator.evaluate(pairs, on_record=writer.write if writer else None)
+            records = evaluator.evaluate(pairs, on_record=on_record)
         finally:
+            bar.close()
             if writer is not None:
                 writer.close()
         failed = sum(r.error is not None for r in records)
@@ -149,12 +188,63 @@ class MetricScorer:
         return records, evaluator.stats.judge_calls - before
 
     def compute(
-        self, predictions: Sequence[str], references: Sequence[str], **extras: Any
+        self,
+        predictions: Sequence[str],
+        references: Sequence[str],
+        *,
+        progress: bool | None = None,
+        **extras: Any,
     ) -> dict[str, Any]:
         """The metric's `_compute`: per-pair counts, the corpus summary, the records."""
         pairs = make_pairs(predictions, references, **extras)
-        records, judge_calls = self.evaluate(pairs)
+        show = self.progress if progress is None else _flag(progress, "progress")
+        records, judge_calls = self.evaluate(pairs, progress=show)
         return metric_output(records, judge_calls=judge_calls)
+
+
+def batch_extras(n: int, extras: dict[str, Any]) -> dict[str, list[str]]:
+    """The per-pair extras of one `add_batch` (or `compute`) of n pairs, as the columns
+    the metric stores beside predictions and references: every extra present, each a
+    list of n strings, an absent value stored as ABSENT. Validated here, batch by
+    batch, so that a wrong length names the batch's own size."""
+    unknown = sorted(set(extras) - set(PER_PAIR_EXTRAS))
+    if unknown:
+        raise TypeError(
+            f"unknown keyword(s) {unknown} for RadMatch.add_batch; the per-pair extras are "
+            f"{list(PER_PAIR_EXTRAS)}"
+        )
+    columns = {}
+    for name in PER_PAIR_EXTRAS:
+        value = extras.get(name)
+        if isinstance(value, (list, tuple)):  # what the buffer hands back, or a user's ""
+            value = [None if v == ABSENT else v for v in value]
+        values = _check_list(name, value, n, allow_scalar=name == "modalities")
+        if name == "modalities":
+            _check_modalities(values)
+        columns[name] = [ABSENT if v is None else v for v in values]
+    return columns
+
+
+def stored_extras(columns: dict[str, Sequence[str]], final: dict[str, Any]) -> dict[str, Any]:
+    """Extras for `make_pairs` from the stored columns (ABSENT read back as None); an
+    extra given to the final `compute()` (after add_batch calls, covering every pair)
+    replaces its stored column."""
+    out: dict[str, Any] = {}
+    for name in PER_PAIR_EXTRAS:
+        if final.get(name) is not None:
+            out[name] = final[name]
+        elif name in columns and any(v != ABSENT for v in columns[name]):
+            out[name] = [None if v == ABSENT else v for v in columns[name]]
+    return out
+
+
+def _check_modalities(values: list[Any]) -> None:
+    for modality in values:
+        if modality is not None and modality not in MODALITIES:
+            raise ValueError(
+                f"The 'modalities' parameter of RadMatch.compute must hold values from "
+                f"{list(MODALITIES)}; got {modality!r} instead"
+            )
 
 
 def _check_list(name: str, value: Any, n: int, *, allow_scalar: bool = False) -> list[Any]:
@@ -213,12 +303,7 @@ def make_pairs(
         "pair_id": _check_list("pair_ids", pair_ids, n),
         "modality": _check_list("modalities", modalities, n, allow_scalar=True),
     }
-    for modality in columns["modality"]:
-        if modality is not None and modality not in MODALITIES:
-            raise ValueError(
-                f"The 'modalities' parameter of RadMatch.compute must hold values from "
-                f"{list(MODALITIES)}; got {modality!r} instead"
-            )
+    _check_modalities(columns["modality"])
     return [
         PairInput(
             reference=reference,
@@ -237,6 +322,8 @@ def metric_output(records: list[Record], *, judge_calls: int | None = None) -> d
     summary = summarize(records).to_dict()
     output: dict[str, Any] = {
         "mean_actionable_errors": summary["mean_actionable_errors"],
+        # 95 % bootstrap interval over studies (seeded); a pair without study id is its own study
+        "mean_actionable_errors_ci": summary["mean_actionable_errors_ci"],
         **{key: summary["safety"][tier][name] for key, tier, name in SAFETY_KEYS},
         "n_pairs": len(records),
         "n_scored": summary["n_scored"],
