@@ -8,6 +8,7 @@ so that each kind of expectation is seen both holding and failing.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -240,18 +241,21 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
                           timeout=120, env=env, cwd=REPO)
 
 
-def test_script_end_to_end_through_a_loopback_server(tmp_path):
+def test_script_end_to_end_through_a_loopback_server(tmp_path, capsys, monkeypatch):
+    for name in [k for k in os.environ if k.startswith("RADMATCH_")]:
+        monkeypatch.delenv(name)
     records = tmp_path / "records.jsonl"
     chosen = ("rt01-instruction-in-candidate", "rt20-laterality-flip", "rt08-history-in-candidate")
-    with StubServer() as server:
-        run = run_script("--base-url", server.base_url, "--model", "stub-judge", "--no-cache",
-                         "-o", str(records), *[a for pair_id in chosen for a in ("--pair", pair_id)])
-    assert run.returncode == 0, run.stderr
+    with StubServer() as server:  # the run in process, the check in a fresh one
+        code = load_script().main(["--base-url", server.base_url, "--model", "stub-judge", "--no-cache",
+                                   "-o", str(records), *[a for i in chosen for a in ("--pair", i)]])
+    run = capsys.readouterr()
+    assert code == 0, run.err
     assert {r.pair_id for r in read_records(records)} == set(chosen)
     assert oct(records.stat().st_mode & 0o777) == "0o600"
     check = run_script("--records", str(records))
     assert check.returncode == 0, check.stderr
-    assert check.stdout.startswith(run.stdout)  # the same table, from the records alone
+    assert check.stdout.startswith(run.out)  # the same table, from the records alone
     rows = {line.split()[0]: line for line in check.stdout.splitlines() if line.startswith("rt")}
     assert set(rows) == set(chosen)
     assert "  pass  " in rows["rt20-laterality-flip"]
@@ -259,15 +263,25 @@ def test_script_end_to_end_through_a_loopback_server(tmp_path):
     assert "quoted by p_1" in rows["rt08-history-in-candidate"]
     assert "pass rate: 1/3 (33 %); judge-failed: 0" in check.stdout
     assert f"{len(load_pairs(PAIRS)) - 3} pair(s) of the set have no record" in check.stdout
-    for pair in load_pairs(PAIRS):  # no report text on either stream
+    for pair in load_pairs(PAIRS):  # no report text on any stream
         if pair["pair_id"] in chosen:
-            assert pair["candidate"][:40] not in check.stdout + run.stdout + run.stderr
+            assert pair["candidate"][:40] not in check.stdout + check.stderr + run.out + run.err
 
 
-def test_script_usage_errors_exit_2(tmp_path):
-    assert run_script().returncode == 2
-    assert run_script("--records", "a.jsonl", "-o", "b.jsonl").returncode == 2
-    missing = run_script("--records", str(tmp_path / "none.jsonl"))
-    assert missing.returncode == 2 and "redteam:" in missing.stderr
-    unknown = run_script("--records", str(tmp_path / "none.jsonl"), "--pair", "rt99")
-    assert unknown.returncode == 2 and "no pair rt99" in unknown.stderr
+def load_script():
+    spec = importlib.util.spec_from_file_location("redteam_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_usage_errors_exit_2(tmp_path, capsys):
+    main = load_script().main
+    for args in ([], ["--records", "a.jsonl", "-o", "b.jsonl"], ["--records", "a.jsonl", "--limit", "0"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(args)
+        assert stopped.value.code == 2
+    assert main(["--records", str(tmp_path / "none.jsonl")]) == 2
+    assert "redteam:" in capsys.readouterr().err
+    assert main(["--records", str(tmp_path / "none.jsonl"), "--pair", "rt99"]) == 2
+    assert "no pair rt99" in capsys.readouterr().err
