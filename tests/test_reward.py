@@ -94,3 +94,57 @@ def test_reward_with_the_real_model(shared_answer_cache, local_judge):
         assert reward == pytest.approx(1 / (1 + record.scores.actionable_errors))
     assert records[2].error and "context" in records[2].error
     assert rewards[2] == 0.0 < min(rewards[:2])
+
+
+def trl_call_logged(reward_fn, completions, references):
+    """GRPOTrainer's full call (TRL >= 0.2x): trainer_state, log_extra and log_metric too."""
+    logged: list[tuple[str, float]] = []
+    n = len(completions)
+    rewards = reward_fn(
+        prompts=[[{"role": "user", "content": "Write the findings."}]] * n,
+        completions=completions,
+        completion_ids=[[1, 2, 3]] * n,
+        reference=references,
+        trainer_state=object(),
+        log_extra=lambda column, values: None,
+        log_metric=lambda name, value: logged.append((name, value)),
+    )
+    return rewards, dict(logged)
+
+
+def test_failed_reward_none_is_passed_through_for_trl_to_skip():
+    reward_fn = radmatch_reward(judge=ScriptedJudge(), cache=False, failed_reward=None)
+    rewards, _ = trl_call_logged(reward_fn, [REF, "FAIL", chat(C1)], [REF, REF, REF])
+    assert rewards[0] == 1.0 and rewards[1] is None and isinstance(rewards[2], float)
+    # TRL turns None into NaN and leaves the sample out of its group's baseline
+    import torch
+
+    as_trl = torch.tensor([r if r is not None else torch.nan for r in rewards])
+    assert torch.isnan(as_trl).tolist() == [False, True, False]
+    with pytest.raises(ValueError, match="or None"):
+        radmatch_reward(judge=ScriptedJudge(), failed_reward="skip")
+
+
+def test_score_transform_maps_actionable_errors_to_the_reward():
+    reward_fn = radmatch_reward(judge=ScriptedJudge(), cache=False,
+                                score_transform=lambda errors: -float(errors))
+    rewards, _ = trl_call_logged(reward_fn, [REF, C1, "FAIL"], [REF, REF, REF])
+    errors = reward_fn.last_records[1].scores.actionable_errors
+    assert rewards == [0.0, -float(errors), 0.0]  # a failure still gets failed_reward
+    bad = radmatch_reward(judge=ScriptedJudge(), cache=False, score_transform=lambda e: float("nan"))
+    with pytest.raises(ValueError, match="score_transform must map"):
+        trl_call(bad, [REF], [REF])
+    with pytest.raises(TypeError, match="score_transform"):
+        radmatch_reward(judge=ScriptedJudge(), score_transform=2.0)
+
+
+def test_failures_are_reported_through_trls_log_metric():
+    reward_fn = radmatch_reward(judge=ScriptedJudge(), cache=False)
+    rewards, logged = trl_call_logged(reward_fn, [REF, "FAIL", C1, "FAIL"], [REF] * 4)
+    assert logged["radmatch/failed"] == 2.0 and logged["radmatch/failed_fraction"] == 0.5
+    scored = [r.scores.actionable_errors for r in reward_fn.last_records if r.scores]
+    assert logged["radmatch/mean_actionable_errors"] == pytest.approx(sum(scored) / 2)
+    assert all(isinstance(v, float) for v in logged.values())
+    assert rewards[1] == rewards[3] == 0.0
+    # without log_metric (older TRL, or a plain call) nothing is logged and nothing breaks
+    assert len(trl_call(reward_fn, [REF], [REF])) == 1
