@@ -243,9 +243,9 @@ def describe(exp: dict[str, Any]) -> str:
         return f"every {exp['side']} finding quotes its report"
     if kind == "no_evidence_from_section":
         return f"no {exp['side']} evidence only from section /{exp['section']}/"
-    keys = ("pattern", "status", "tier", "min_tier", "measurement_category", "outcome",
-            "unit_kind", "gt", "pred")
-    what = ", ".join(f"{k}={exp[k]}" for k in keys if k in exp)
+    keys = ("outcome", "unit_kind", "pattern", "field", "status", "tier", "min_tier",
+            "measurement_category", "gt", "pred")
+    what = ", ".join(f"{k}={'|'.join(map(str, _as_list(exp[k])))}" for k in keys if k in exp)
     if kind in ("finding", "no_finding"):
         head = ("a " if kind == "finding" else "no ") + f"{exp['side']} finding"
     else:
