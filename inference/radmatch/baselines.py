@@ -313,30 +313,31 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     done = failed = 0
     errors_total = 0.0
     started = time.perf_counter()
-    with runner, open_private(output, "w") as out:
+    with runner:
         try:
             runner.check()
-        except JudgeUnavailable as exc:
+        except JudgeUnavailable as exc:  # before OUT is created
             return fail(str(exc))
-        for pair_id, where, item in bad:  # nothing is lost: a bad row becomes a failed record
-            record = base_record(pair_id, PairInput(reference="", candidate=""), args.method, where)
-            record.update({k: v for k, v in item.inputs.items() if v is not None})
-            failure = Failure(stage="input", cause=f"{where}: {item.message}")
-            record["failure"], record["error"] = failure.model_dump(), failure.message()
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            failed += 1
-
-        def on_record(record: dict[str, Any]) -> None:
-            nonlocal done, failed, errors_total
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            out.flush()
-            if record["errors"] is None:
+        with open_private(output, "w") as out:
+            for pair_id, where, item in bad:  # nothing is lost: a bad row becomes a failed record
+                record = base_record(pair_id, PairInput(reference="", candidate=""), args.method, where)
+                record.update({k: v for k, v in item.inputs.items() if v is not None})
+                failure = Failure(stage="input", cause=f"{where}: {item.message}")
+                record["failure"], record["error"] = failure.model_dump(), failure.message()
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 failed += 1
-            else:
-                done += 1
-                errors_total += record["errors"]
 
-        runner.run(jobs, on_record)
+            def on_record(record: dict[str, Any]) -> None:
+                nonlocal done, failed, errors_total
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                out.flush()
+                if record["errors"] is None:
+                    failed += 1
+                else:
+                    done += 1
+                    errors_total += record["errors"]
+
+            runner.run(jobs, on_record)
     elapsed = time.perf_counter() - started
     mean = f"{errors_total / done:.2f}" if done else "n/a"
     print(f"{args.method}: {done} pair(s) scored, {failed} failed, mean errors {mean}, "
