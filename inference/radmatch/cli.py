@@ -248,11 +248,12 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from radmatch.agreement.cli import add_agreement_parser
     from radmatch.baselines import add_baseline_parser
     from radmatch.cli_evaluate import add_evaluate_parser
+    from radmatch.compare import add_compare_parser
     from radmatch.dashboard import add_dashboard_parser
     from radmatch.metric_install import add_install_metric_parser
 
     return [add_evaluate_parser, add_dashboard_parser, add_install_metric_parser,
-            add_agreement_parser, add_baseline_parser]
+            add_agreement_parser, add_baseline_parser, add_compare_parser]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
