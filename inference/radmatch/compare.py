@@ -343,7 +343,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
         help="is B better than A? paired difference in actionable errors, with interval and p",
         description="Compare two records files of the same pairs (matched by pair_id): the "
         "mean difference in actionable errors per pair (B minus A), per significance tier "
-        "and in total, with a 95%% paired bootstrap interval resampling studies and a "
+        "and in total, with a 95% paired bootstrap interval resampling studies and a "
         "two-sided permutation p-value (sign flips by study). Pairs held by one run only, "
         "failed in either run, or with a different reference are dropped and counted.",
     )
