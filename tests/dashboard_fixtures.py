@@ -9,7 +9,7 @@ from pathlib import Path
 
 from radmatch.recompute import score_record
 from radmatch.record_io import RecordWriter
-from radmatch.records import Record, Stages
+from radmatch.records import Failure, Record, Stages
 from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow
 
 XSS_IMG = "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">"
@@ -76,7 +76,7 @@ def make_record(
         stages=Stages(
             reference_findings=gt, candidate_findings=pred, matching=matching, grading=grading
         ),
-        judge={
+        judge=extra.pop("judge", None) or {
             "backend": "scripted",
             "model": "fixture",
             "prompt_version": {"extract": "test"},
@@ -376,3 +376,60 @@ def write_records(path: Path, records: Iterable[Record]) -> Path:
 def demo_records() -> list[Record]:
     """The small corpus the browser tests open: Fig. 3 pairs, hostile text, a failure."""
     return [fig3b(), fig3a(), hostile(), failed()] + synthetic_corpus(40, seed=7)
+
+
+# --------------------------------------------------------------------------- issue 14
+
+SMALL_JUDGE = {
+    "backend": "transformers",
+    "model": "SmolLM2-135M-Instruct",  # how the embedded judge names itself (radmatch.smollm)
+    "prompt_version": {"indication": "v3-1a2b3c", "extract": "v5-4d5e6f", "match": "v4-778899",
+                       "grade": "v2-aabbcc"},
+    "fewshot_set": "chest_xray",
+}
+THRESHOLD_REASON = "ascending_aorta_diameter crosses 40 mm"
+
+
+def on_small_judge(record: Record) -> Record:
+    return record.model_copy(update={"judge": record.judge.model_validate(SMALL_JUDGE)})
+
+
+def failed_with_cause() -> Record:
+    """A pair whose grading failed after three attempts (records' `failure` field)."""
+    record = Record(pair_id="failed-grade", study_id="failed", reference="Reference text.",
+                    candidate="Candidate text.")
+    record.fail(Failure(stage="grade", cause="judge returned invalid JSON", attempts=3, elapsed_s=12.5))
+    return record
+
+
+def threshold_pair() -> Record:
+    """Two measurements of one clinical quantity either side of a threshold of the
+    clinical threshold table: the scoring core's reasoning names the threshold."""
+    def size(value: float) -> list[dict]:
+        return [{"value": value, "unit": "mm", "category": "size", "quantity": "ascending_aorta_diameter"}]
+
+    gt = [finding("gt_1", "Ascending aorta 42 mm.", "abnormal", "notable", None,
+                  ["Ascending aorta measures 42 mm"], size(42))]
+    pred = [finding("p_1", "Ascending aorta 38 mm.", "abnormal", "notable", None,
+                    ["Ascending aorta measures 38 mm"], size(38))]
+    return make_record(
+        "threshold-1",
+        "Ascending aorta measures 42 mm. The lungs are clear.",
+        "Ascending aorta measures 38 mm.",
+        gt, pred, [("p_1", "gt_1", "direct", "same aorta")], {}, study_id="threshold",
+    )
+
+
+def degraded(record: Record) -> Record:
+    """The same pair as another system might answer it: nothing matched (more errors)."""
+    if record.scores is None:
+        return record
+    stages = record.stages.model_copy(update={
+        "matching": MatchingAnswer(
+            matches=[],
+            unmatched_pred=[f.id for f in record.stages.candidate_findings or []],
+            unmatched_gt=[f.id for f in record.stages.reference_findings or []],
+        ),
+        "grading": GradingStage(pairs=[], errors_per_match=[]),
+    })
+    return score_record(record.model_copy(update={"stages": stages, "scores": None}))

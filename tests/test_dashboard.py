@@ -598,3 +598,156 @@ def test_five_thousand_pairs_open_and_filter_quickly(browser, tmp_path):
     (ARTIFACTS / "dashboard-5000-timing.json").write_text(json.dumps(timings, indent=2))
     print("5,000 pairs:", timings)
     assert load < 10 and t_filter < 10 and t_sort < 10 and t_search < 10
+
+
+# --------------------------------------------------------------------------- issue 14
+
+
+@pytest.fixture(scope="module")
+def issue14(tmp_path_factory):
+    """A page scored (mostly) by the embedded small judge, with a failed pair, a
+    measurement across a clinical threshold, and a pair with unquoted sentences; and a
+    compare page of a corpus against a worse run of the same pairs."""
+    base = tmp_path_factory.mktemp("dash14")
+    records = [fx.on_small_judge(fx.fig3b()), fx.on_small_judge(fx.threshold_pair()),
+               fx.failed_with_cause(), fx.fig3a()]
+    src = fx.write_records(base / "small.jsonl", records)
+    build_dashboard(src, base / "small.html")
+    a = fx.synthetic_corpus(30, seed=5)
+    b = [fx.degraded(r) for r in a]
+    src_a = fx.write_records(base / "a.jsonl", a)
+    src_b = fx.write_records(base / "b.jsonl", b)
+    build_dashboard(src_a, base / "cmp.html", compare_path=src_b)
+    return {"small": base / "small.html", "cmp": base / "cmp.html", "a": a, "b": b,
+            "records": records, "src_a": src_a, "src_b": src_b}
+
+
+def test_page_data_names_judges_failures_and_unquoted_sentences(issue14):
+    data = _data(issue14["small"].read_text("utf-8"))
+    assert data["judges"] == [
+        {"backend": "transformers", "model": "SmolLM2-135M-Instruct", "pairs": 2, "small": True},
+        {"backend": "scripted", "model": "fixture", "pairs": 1, "small": False},
+    ]
+    by_id = {p["id"]: p for p in data["pairs"]}
+    assert by_id["failed-grade"]["failure"] == {"stage": "grade", "cause": "judge returned invalid JSON",
+                                                "attempts": 3, "elapsed_s": 12.5}
+    assert by_id["rexval-fig3-b"]["detail"]["judge"]["prompt_version"] == fx.SMALL_JUDGE["prompt_version"]
+    fig3a = by_id["rexval-fig3-a"]["detail"]
+    ref = fig3a["reference"]
+    assert [ref[s:e] for s, e in fig3a["unquoted"]["reference"]] == ["AP chest."]
+    assert by_id["rexval-fig3-b"]["detail"]["unquoted"] == {"reference": [], "candidate": []}
+    assert by_id["failed-grade"]["detail"]["unquoted"] == {"reference": [], "candidate": []}  # no findings stage
+
+
+def test_compare_block_holds_radmatch_compares_numbers(issue14):
+    from radmatch.compare import compare_records
+
+    data = _data(issue14["cmp"].read_text("utf-8"))
+    assert data["compare"]["stats"] == json.loads(json.dumps(compare_records(issue14["a"], issue14["b"])))
+
+
+@pytest.mark.browser
+@needs_browser
+def test_overview_names_the_judge_and_warns_about_the_small_one(browser, issue14, demo):
+    open_page(browser, issue14["small"])
+    shown = browser.execute_script(
+        "const w = document.getElementById('small-judge-warning');"
+        "return {judges: [...document.querySelectorAll('#judges .judge-name')].map(e => e.textContent),"
+        " warning: w && w.textContent, visible: !!w && w.offsetHeight > 0,"
+        " first: document.getElementById('corpus').firstElementChild.id}"
+    )
+    assert shown["judges"] == ["transformers / SmolLM2-135M-Instruct", "scripted / fixture"]
+    assert shown["visible"] and shown["first"] == "small-judge-warning"  # above every number
+    assert "2 pairs were scored by transformers / SmolLM2-135M-Instruct" in shown["warning"]
+    assert "not meaningful" in shown["warning"]
+    screenshot(browser, "dashboard-small-judge.png")
+    open_page(browser, demo["out"])  # a real judge: named, no banner
+    shown = browser.execute_script(
+        "return {judges: [...document.querySelectorAll('#judges .judge-name')].map(e => e.textContent),"
+        " warning: document.getElementById('small-judge-warning')}"
+    )
+    assert shown == {"judges": ["scripted / fixture"], "warning": None}
+
+
+@pytest.mark.browser
+@needs_browser
+def test_pair_header_lists_prompt_versions_and_marks_unquoted_sentences(browser, issue14):
+    open_page(browser, issue14["small"])
+    browser.execute_script("location.hash = '#/pair/rexval-fig3-b'")
+    wait_for_view(browser, "pair", "rexval-fig3-b")
+    head = browser.execute_script(
+        "const h = document.querySelector('#view-pair .pair-head');"
+        "return {items: [...h.querySelectorAll('ul.prompt-versions li')].map(l => l.textContent),"
+        " text: h.textContent, unquoted: document.querySelectorAll('#view-pair .unquoted').length}"
+    )
+    assert head["items"] == ["indication v3-1a2b3c", "extract v5-4d5e6f", "match v4-778899", "grade v2-aabbcc"]
+    assert "{" not in head["text"] and '"' not in head["text"]  # no raw JSON
+    assert head["unquoted"] == 0  # every sentence of Fig. 3b is quoted: no marker, no legend
+
+    browser.execute_script("location.hash = '#/pair/rexval-fig3-a'")
+    wait_for_view(browser, "pair", "rexval-fig3-a")
+    marks = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair .report-text .unquoted')].map(e =>"
+        " [e.closest('[data-side]').dataset.side, e.textContent,"
+        "  getComputedStyle(e, '::before').content, getComputedStyle(e).textDecorationStyle]);"
+    )
+    assert [m[:2] for m in marks] == [["reference", "AP chest."], ["candidate", "AP chest."]]
+    assert all("\u25cc" in m[2] and m[3] == "dotted" for m in marks)  # a visible marker
+    legends = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair .nq-legend')].map(e => e.textContent)")
+    assert len(legends) == 2 and all("1 sentence that no finding quotes" in t for t in legends)
+    screenshot(browser, "dashboard-unquoted.png")
+
+
+@pytest.mark.browser
+@needs_browser
+def test_failed_pair_shows_stage_cause_and_attempts(browser, issue14):
+    open_page(browser, issue14["small"])
+    browser.execute_script("location.hash = '#/pair/failed-grade'")
+    wait_for_view(browser, "pair", "failed-grade")
+    fields = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#failure dd')].map(d =>"
+        " [d.dataset.field, d.textContent]))")
+    assert fields == {"stage": "grade", "cause": "judge returned invalid JSON",
+                      "attempts": "3 attempts in 12.5 s"}
+    assert "failed at the grade stage" in browser.find_element("id", "failure").text
+
+
+@pytest.mark.browser
+@needs_browser
+def test_error_reasoning_names_the_clinical_threshold(browser, issue14):
+    open_page(browser, issue14["small"])
+    browser.execute_script("location.hash = '#/pair/threshold-1'")
+    wait_for_view(browser, "pair", "threshold-1")
+    shown = browser.execute_script(
+        "return {errors: [...document.querySelectorAll('#view-pair table.errors tbody tr')].map(tr =>"
+        " [...tr.cells].map(c => c.textContent)),"
+        " attrs: [...document.querySelectorAll('#view-pair article.unit .attrs')].map(a => a.textContent)}"
+    )
+    assert shown["errors"][0][:3] == ["measurement", "major", "deterministic"]
+    assert fx.THRESHOLD_REASON in shown["errors"][0][4]
+    assert any("ascending aorta diameter" in a for a in shown["attrs"])  # the quantity, named
+
+
+@pytest.mark.browser
+@needs_browser
+def test_compare_mode_shows_the_paired_difference_interval_and_p(browser, issue14):
+    from radmatch.compare import compare_records
+
+    expected = compare_records(issue14["a"], issue14["b"])
+    open_page(browser, issue14["cmp"])
+    shown = browser.execute_script(
+        "return [...document.querySelectorAll('#paired-stats [data-key]')]"
+        ".map(e => [e.dataset.key, JSON.parse(e.dataset.value), e.textContent])"
+    )
+    by_key = {k: (v, t) for k, v, t in shown}
+    total = next(r for r in expected["rows"] if r["tier"] == "actionable")
+    value, text = by_key["compare.stats.actionable.mean_difference"]
+    assert value == total["mean_difference"] > 0 and text == f"+{total['mean_difference']:.3f}"
+    assert by_key["compare.stats.actionable.ci"][0] == total["ci"] and total["ci"][0] > 0
+    assert by_key["compare.stats.actionable.p_value"][0] == total["p_value"] < 0.05
+    assert by_key["compare.stats.n_compared"][0] == expected["n_compared"] == 30
+    tiers = browser.execute_script(
+        "return [...document.querySelectorAll('#paired-stats tbody tr')].map(r => r.dataset.tier)")
+    assert tiers == ["critical", "urgent", "notable", "routine", "actionable"]
+    screenshot(browser, "dashboard-compare.png")

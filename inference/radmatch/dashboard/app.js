@@ -93,13 +93,16 @@
       card("Failed pairs", stat("n_failed", S.n_failed, num(S.n_failed)), "judge error, not scored",
         S.n_failed ? "warn" : ""),
       card("Mean actionable errors", stat("mean_actionable_errors", S.mean_actionable_errors,
-        num(S.mean_actionable_errors, 2)), "per scored pair", "key"),
+        num(S.mean_actionable_errors, 2)), S.mean_actionable_errors_ci ? ["per scored pair; 95% CI ",
+          stat("mean_actionable_errors_ci", S.mean_actionable_errors_ci, num(S.mean_actionable_errors_ci[0], 2) +
+            "\u2013" + num(S.mean_actionable_errors_ci[1], 2)),
+          " (bootstrap over " + S.n_studies + " stud" + (S.n_studies === 1 ? "y" : "ies") + ")"] : "per scored pair", "key"),
       card("Actionable errors", stat("actionable_errors", S.actionable_errors,
         num(S.actionable_errors)), V.error_outcomes.join("/") + " units at a " +
         V.actionable_tiers.join("/") + " tier"),
       card("Triage recall", stat("safety.triage.recall", S.safety.triage.recall,
         pct(S.safety.triage.recall)), V.safety_tiers.triage.join("/") + " reference findings kept"));
-    root.replaceChildren(cards);
+    root.replaceChildren.apply(root, judgeBlock(DATA.judges || [], "").concat([cards]));
 
     var grid = el("div", { class: "grid2" });
     grid.appendChild(outcomePanel());
@@ -113,6 +116,28 @@
       w.body.appendChild(el("ul", { class: "warnings" }, warnings.map(function (t) { return el("li", null, t); })));
       root.appendChild(w.node);
     }
+  }
+
+  function judgeName(j) { return (j.backend || "?") + " / " + (j.model || "?"); }
+
+  /* Which judge scored the pairs, and a warning when it is the embedded small model. */
+  function judgeBlock(judges, whose) {
+    var small = judges.filter(function (j) { return j.small; });
+    var nSmall = small.reduce(function (t, j) { return t + j.pairs; }, 0);
+    var line = el("div", { class: "judge-line", id: whose ? null : "judges" },
+      el("span", { class: "card-label" }, "Judge" + (judges.length > 1 ? "s" : "") + (whose ? " of " + whose : "")),
+      judges.length ? judges.map(function (j) {
+        return el("span", { class: "judge" + (j.small ? " small" : ""), data: { backend: j.backend, model: j.model } },
+          el("b", { class: "judge-name" }, judgeName(j)),
+          el("span", { class: "muted" }, " " + j.pairs + " pair" + (j.pairs === 1 ? "" : "s")));
+      }) : el("span", { class: "muted" }, "not recorded in the records"));
+    if (!small.length) return [line];
+    return [el("div", { class: "banner warn", role: "alert", id: whose ? null : "small-judge-warning" },
+      el("b", { class: "banner-title" }, "Embedded small judge" + (whose ? " (" + whose + ")" : "") + ": these scores are not clinical. "),
+      nSmall + " pair" + (nSmall === 1 ? " was" : "s were") + " scored by " + small.map(judgeName).join(", ") +
+      ", the small model RadMatch embeds to exercise its pipeline without a judge server; its clinical " +
+      "judgement is not meaningful. For real scores evaluate again with a judge server " +
+      "(serve/start_vllm.sh, --base-url)."), line];
   }
 
   function card(label, value, sub, cls) {
@@ -250,8 +275,52 @@
       card("Fewer errors", stat("compare.fewer", CMP.fewer, num(CMP.fewer)), "pairs where " + CMP.label_b + " has fewer"),
       card("More errors", stat("compare.more", CMP.more, num(CMP.more)), "pairs where " + CMP.label_b + " has more"),
       card("Same", stat("compare.same", CMP.same, num(CMP.same)), "pairs with \u0394 = 0"));
-    append(p.body, [cards, t]);
+    append(p.body, judgeBlock(CMP.judges_b || [], CMP.label_b));
+    append(p.body, [cards, t, pairedStats(CMP.stats)]);
     $("compare").replaceChildren(p.node);
+  }
+
+  function signedFixed(x, digits) {
+    return x === null || x === undefined ? "\u2014" : (x > 0 ? "+" : "") + Number(x).toFixed(digits);
+  }
+
+  /* radmatch compare: mean difference per tier with its bootstrap interval and p-value. */
+  function pairedStats(st) {
+    if (!st) return null;
+    var why = { only_in_a: "only in " + CMP.label_a, only_in_b: "only in " + CMP.label_b,
+      failed_in_a: "failed in " + CMP.label_a, failed_in_b: "failed in " + CMP.label_b,
+      failed_in_both: "failed in both", different_reference: "with a different reference" };
+    var dropped = Object.keys(st.dropped).filter(function (k) { return st.dropped[k]; }).map(function (k) {
+      return st.dropped[k] + " " + (why[k] || k.replace(/_/g, " "));
+    });
+    var rows = st.rows.map(function (r) {
+      var k = "compare.stats." + r.tier + ".";
+      var ci = r.ci ? signedFixed(r.ci[0], 3) + " to " + signedFixed(r.ci[1], 3) : "\u2014";
+      return el("tr", { class: r.tier === "actionable" ? "total" : "", data: { tier: r.tier } },
+        el("th", null, r.tier + (r.actionable ? "" : " *")),
+        el("td", { class: "num" }, num(r.mean_a, 3)), el("td", { class: "num" }, num(r.mean_b, 3)),
+        el("td", { class: "num strong" + (r.mean_difference > 0 ? " worse" : r.mean_difference < 0 ? " better" : "") },
+          stat(k + "mean_difference", r.mean_difference, signedFixed(r.mean_difference, 3))),
+        el("td", { class: "num" }, stat(k + "ci", r.ci, ci)),
+        el("td", { class: "num" }, stat(k + "p_value", r.p_value, r.p_value === null ? "\u2014" :
+          (r.p_value < 0.001 ? "<0.001" : Number(r.p_value).toFixed(3)))),
+        el("td", { class: "num" }, num(r.b_better)), el("td", { class: "num" }, num(r.b_worse)),
+        el("td", { class: "num" }, num(r.same)));
+    });
+    var perm = st.permutation, boot = st.bootstrap;
+    return el("div", { class: "paired", id: "paired-stats" },
+      el("h3", null, "Paired difference, " + CMP.label_b + " minus " + CMP.label_a,
+        el("span", { class: "hint" }, " actionable errors per pair; negative: " + CMP.label_b + " makes fewer")),
+      el("p", { class: "muted small" }, stat("compare.stats.n_compared", st.n_compared, num(st.n_compared)),
+        " pairs scored by both, in " + st.n_studies + " studies; " +
+        (dropped.length ? "dropped " + dropped.join(", ") : "none dropped") + "."),
+      el("table", { class: "mini paired-table" },
+        el("thead", null, el("tr", null, ["tier", "mean " + CMP.label_a, "mean " + CMP.label_b, "\u0394",
+          Math.round(100 * st.confidence) + "% CI", "p", "better", "worse", "same"].map(function (h) { return el("th", null, h); }))),
+        el("tbody", null, rows)),
+      el("p", { class: "hint" }, "* routine errors are counted but are not actionable. CI: paired bootstrap over studies (" +
+        boot.n_resamples + " resamples, seed " + boot.seed + "); p: " + perm.test + " (" + perm.method + ", " +
+        perm.n_permutations + " sign vectors). The same numbers as radmatch compare."));
   }
 
   // ------------------------------------------------------------------ pairs table
@@ -444,11 +513,13 @@
       pos >= 0 && pos < state.rows.length - 1 ? el("a", { href: pairHref(state.rows[pos + 1].id) }, "next \u203A") : null,
       pos >= 0 ? el("span", { class: "muted" }, (pos + 1) + " of " + state.rows.length + " in the list") : null);
 
-    var meta = [p.study ? "study " + p.study : null, p.modality, d.judge.model ? "judge " + d.judge.model : null,
-      d.judge.prompt_version ? "prompts " + d.judge.prompt_version : null].filter(Boolean).join(" \u00B7 ");
+    var meta = [p.study ? "study " + p.study : null, p.modality,
+      d.judge.model ? "judge " + (d.judge.backend ? d.judge.backend + " / " : "") + d.judge.model : null,
+      d.judge.fewshot_set ? "few-shot set " + d.judge.fewshot_set : null].filter(Boolean).join(" \u00B7 ");
     var head = el("div", { class: "pair-head" }, nav, el("h1", null, p.id), el("div", { class: "muted" }, meta),
+      promptVersions(d.judge.prompt_version),
       scoreLine(p), d.indication ? el("p", { class: "indication" }, el("b", null, "Indication: "), d.indication) : null,
-      p.error !== null ? el("div", { class: "error-box" }, el("b", null, "Judge failed, pair not scored: "), p.error) : null,
+      failureBox(p),
       d.flags.length ? el("p", { class: "muted" }, "Flags: " + d.flags.join(", ")) : null);
 
     var fig = el("div", { class: "fig3" },
@@ -464,6 +535,33 @@
     }
     root.dataset.pairId = p.id;
     wireLinks(root);
+  }
+
+  /* judge.prompt_version: stage -> version, one item per stage (an old record may hold one string). */
+  function promptVersions(pv) {
+    if (!pv) return null;
+    var items = typeof pv === "object" ? Object.keys(pv).map(function (stage) { return [stage, pv[stage]]; })
+      : [["all stages", String(pv)]];
+    if (!items.length) return null;
+    return el("div", { class: "prompts" }, el("span", { class: "muted" }, "Prompt versions: "),
+      el("ul", { class: "prompt-versions" }, items.map(function (it) {
+        return el("li", { data: { stage: it[0] } }, el("span", { class: "stage" }, it[0]), " ", el("code", null, it[1]));
+      })));
+  }
+
+  /* A failed pair: at which stage, why, after how many attempts (record.failure). */
+  function failureBox(p) {
+    if (p.error === null) return null;
+    var f = p.failure;
+    if (!f) return el("div", { class: "error-box" }, el("b", null, "Pair not scored: "), p.error);
+    var tried = f.attempts ? f.attempts + " attempt" + (f.attempts === 1 ? "" : "s") + " in " +
+      Number(f.elapsed_s || 0).toFixed(1) + " s" : "none (not sent to the judge)";
+    return el("div", { class: "error-box failure", id: "failure" },
+      el("b", null, "Pair not scored: it failed at the " + f.stage + " stage."),
+      el("dl", { class: "failure-fields" },
+        el("dt", null, "Stage"), el("dd", { data: { field: "stage" } }, f.stage),
+        el("dt", null, "Cause"), el("dd", { data: { field: "cause" } }, f.cause),
+        el("dt", null, "Attempts"), el("dd", { data: { field: "attempts" } }, tried)));
   }
 
   function scoreLine(p) {
@@ -492,6 +590,9 @@
     var text = d[side];
     var spans = d.spans[side];
     var cuts = [0, text.length];
+    var unquoted = (d.unquoted || {})[side] || [];
+    var unquotedAt = Object.create(null);  // start offset -> end of a sentence no finding quotes
+    unquoted.forEach(function (u) { cuts.push(u[0], u[1]); unquotedAt[u[0]] = u[1]; });
     var lastEnd = Object.create(null);
     spans.forEach(function (s) {
       cuts.push(s[0], s[1]);
@@ -505,7 +606,9 @@
       var a = cuts[i], b = cuts[i + 1];
       var seg = text.slice(a, b);
       var cover = spans.filter(function (s) { return s[0] <= a && s[1] >= b; });
-      if (!cover.length) { box.appendChild(document.createTextNode(seg)); }
+      if (!cover.length && unquotedAt[a] === b) {
+        box.appendChild(el("span", { class: "unquoted", title: "No finding quotes this sentence: extraction may have missed something" }, seg));
+      } else if (!cover.length) { box.appendChild(document.createTextNode(seg)); }
       else {
         cover.sort(function (x, y) { return (x[1] - x[0]) - (y[1] - y[0]); });
         var f = fById[cover[0][2]], u = uByIdx[f.unit];
@@ -518,6 +621,9 @@
     return el("section", { class: "report " + side },
       el("h3", null, title, el("span", { class: "count" }, d.findings.filter(function (f) { return f.side === side; }).length + " findings")),
       box,
+      unquoted.length ? el("div", { class: "nq-legend", data: { count: unquoted.length } },
+        el("span", { class: "unquoted sample" }, "sentence"), " " + unquoted.length + " sentence" +
+        (unquoted.length === 1 ? "" : "s") + " that no finding quotes: where extraction may have missed something.") : null,
       unlocated.length ? el("div", { class: "unlocated" }, el("div", { class: "muted small" },
         "Evidence not found in the text:"), el("ul", null, unlocated.map(function (f) {
           return el("li", null, marker(f, uByIdx[f.unit]), " ", f.text);
@@ -528,7 +634,8 @@
     if (!f) return null;
     var attrs = [f.status, f.significance, f.comparison].filter(Boolean);
     f.measurements.forEach(function (m) {
-      attrs.push((m.prior ? "prior " : "") + m.value + (m.unit ? " " + m.unit : "") + " (" + m.category + ")");
+      attrs.push((m.prior ? "prior " : "") + m.value + (m.unit ? " " + m.unit : "") + " (" + m.category +
+        (m.quantity ? ", " + m.quantity.replace(/_/g, " ") : "") + ")");
     });
     return el("li", null, el("code", null, f.id), marker(f, u), " ", f.text,
       el("span", { class: "attrs" }, attrs.join(" \u00B7 ")));

@@ -15,7 +15,7 @@ import html
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
@@ -28,11 +28,15 @@ from radmatch.scoring.results import SUBSETS, as_dict, vocabularies
 from radmatch.scoring.score import normalise_text, normalise_with_positions, unit_subsets
 
 PathLike = str | Path
+_JUDGE_MAPS = ("prompt_version", "exemplars_used")  # stage -> value
 
 # a unit's subsets as bit flags, in SUBSETS order: what the page's subset filter tests
 SUBSET_BITS = {name: 1 << i for i, name in enumerate(SUBSETS)}
 _ID_RE = re.compile(r"(?<![\w])((?:gt|p)_\d+)(?![\w])")
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+# a sentence: up to a full stop, question or exclamation mark followed by white space
+# (so "4.5 cm" stays whole), or up to a line break
+_SENTENCE = re.compile(r"[^\n]+?(?:[.!?](?=\s|$)|(?=\n)|$)")
 _JSON_ESCAPES = {
     "<": "\\u003c",
     ">": "\\u003e",
@@ -74,13 +78,17 @@ def build_dashboard(
         other, bad_b = _read(compare_path)
         bad += [f"{Path(compare_path).name}: {line}" for line in bad_b]
         compare_summary = summarize(other).to_dict()
-        compare = _compare_block(pairs, _last_by_pair(other), compare_summary)
+        other_latest = _last_by_pair(other)
+        compare = _compare_block(pairs, other_latest, compare_summary)
         compare["label_a"], compare["label_b"] = _labels(records_path, compare_path)
+        compare["judges_b"] = judges_of(other_latest)
+        compare["stats"] = _paired_stats(latest, other_latest)
 
     data = {
         "source": Path(records_path).name,
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "summary": summary,
+        "judges": judges_of(latest),
         "pairs": pairs,
         "compare": compare,
         "bad_lines": bad,
@@ -162,6 +170,9 @@ def pair_view(record: Record) -> dict[str, Any]:
 
     findings = []
     spans: dict[str, list[list[Any]]] = {"reference": [], "candidate": []}
+    unquoted: dict[str, list[list[int]]] = {"reference": [], "candidate": []}
+    extracted = {"reference": stages.reference_findings is not None,
+                 "candidate": stages.candidate_findings is not None}
     for side, side_findings, text in (("reference", gt, reference), ("candidate", pred, candidate)):
         claimed: set[tuple[int, int]] = set()
         for f in side_findings:
@@ -181,12 +192,16 @@ def pair_view(record: Record) -> dict[str, Any]:
                     "unit": unit_of.get(f.id),
                 }
             )
+        if extracted[side]:  # only where the findings of that report were extracted
+            unquoted[side] = unquoted_sentences(text, spans[side])
 
     view: dict[str, Any] = {
         "id": record.pair_id,
         "study": record.study_id,
         "modality": record.modality,
         "error": record.error,
+        # stage, cause, attempts, elapsed_s: why the pair has no scores
+        "failure": record.failure.model_dump(mode="json") if record.failure is not None else None,
         "scored": scores is not None,
         "ae": scores.actionable_errors if scores else None,
         "outcomes": dict(scores.outcomes) if scores else None,
@@ -204,13 +219,60 @@ def pair_view(record: Record) -> dict[str, Any]:
             "indication": record.indication,
             "findings": findings,
             "spans": spans,
+            "unquoted": unquoted,
             "units": units,
             "repairs": repairs,
             "flags": list(record.flags),
-            "judge": {str(k): _scalar(v) for k, v in record.judge.model_dump().items()},
+            # prompt_version and exemplars_used stay stage -> value maps: the page lists them
+            "judge": {
+                str(k): v if k in _JUDGE_MAPS and isinstance(v, dict) else _scalar(v)
+                for k, v in record.judge.model_dump().items()
+            },
         },
     }
     return view
+
+
+def unquoted_sentences(text: str, spans: Iterable[Sequence[Any]]) -> list[list[int]]:
+    """[start, end] of each sentence of `text` that no evidence span overlaps.
+
+    Evidence quotes are verbatim substrings of the report, so a sentence no finding
+    quotes is where extraction may have missed something. A sentence is cut at a full
+    stop, question or exclamation mark followed by white space, or at a line break;
+    a header ("FINDINGS:") or a piece without letters or digits is not counted.
+    """
+    covered = sorted((int(s[0]), int(s[1])) for s in spans)
+    out = []
+    for match in _SENTENCE.finditer(text):
+        piece = match.group(0)
+        start = match.start() + (len(piece) - len(piece.lstrip()))
+        end = match.start() + len(piece.rstrip())
+        sentence = text[start:end]
+        if end <= start or not any(ch.isalnum() for ch in sentence) or sentence.endswith(":"):
+            continue
+        if not any(s < end and e > start for s, e in covered):
+            out.append([start, end])
+    return out
+
+
+def judges_of(records: Iterable[Record]) -> list[dict[str, Any]]:
+    """Which judges answered, as {backend, model, pairs, small}, most pairs first
+    (pairs whose records name no judge are not counted).
+
+    `small` marks the embedded small judge (radmatch.smollm): its scores only exercise
+    the pipeline, and the page says so."""
+    from radmatch.smollm import MODEL_NAME
+
+    counts: dict[tuple[str, str], int] = {}
+    for record in records:
+        key = (record.judge.backend or "", record.judge.model or "")
+        if key != ("", ""):  # a pair that failed before any judge answered names none
+            counts[key] = counts.get(key, 0) + 1
+    return [
+        {"backend": backend, "model": model, "pairs": n,
+         "small": MODEL_NAME.lower() in model.lower()}
+        for (backend, model), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
 
 
 def locate_evidence(
@@ -349,6 +411,13 @@ def _compare_block(
         "same": sum(1 for d in deltas if d == 0),
         "mean_delta": sum(deltas) / len(deltas) if deltas else None,
     }
+
+
+def _paired_stats(a: list[Record], b: list[Record]) -> dict[str, Any]:
+    """`radmatch compare`'s numbers (radmatch.compare) for the page's compare panel."""
+    from radmatch.compare import compare_records
+
+    return compare_records(a, b)
 
 
 def _labels(a: PathLike, b: PathLike) -> tuple[str, str]:
