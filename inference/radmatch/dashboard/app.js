@@ -128,12 +128,12 @@
       el("span", { class: "card-label" }, "Judge" + (judges.length > 1 ? "s" : "") + (whose ? " of " + whose : "")),
       judges.length ? judges.map(function (j) {
         return el("span", { class: "judge" + (j.small ? " small" : ""), data: { backend: j.backend, model: j.model } },
-          el("b", { class: "judge-name" }, judgeName(j)),
+          el("span", { class: "judge-name" }, judgeName(j)),
           el("span", { class: "muted" }, " " + j.pairs + " pair" + (j.pairs === 1 ? "" : "s")));
       }) : el("span", { class: "muted" }, "not recorded in the records"));
     if (!small.length) return [line];
     return [el("div", { class: "banner warn", role: "alert", id: whose ? null : "small-judge-warning" },
-      el("b", { class: "banner-title" }, "Embedded small judge" + (whose ? " (" + whose + ")" : "") + ": these scores are not clinical. "),
+      el("span", { class: "banner-title" }, "Embedded small judge" + (whose ? " (" + whose + ")" : "") + ": these scores are not clinical. "),
       nSmall + " pair" + (nSmall === 1 ? " was" : "s were") + " scored by " + small.map(judgeName).join(", ") +
       ", the small model RadMatch embeds to exercise its pipeline without a judge server; its clinical " +
       "judgement is not meaningful. For real scores evaluate again with a judge server " +
