@@ -42,7 +42,7 @@ RECORD_VERSION = 1
 MAX_COUNT = 99  # the count grammar admits 0..MAX_COUNT
 # (list cap, description cap, answer tokens) for a served judge and for a small model
 SERVER_CAPS = (60, 400, 8192)
-SMALL_CAPS = (8, 100, 400)
+SMALL_CAPS = (4, 80, 300)  # ~35 tokens an entry: a small model on a CPU fills the list
 COUNT_MAX_TOKENS = 32
 
 CountValue = Literal[tuple(range(MAX_COUNT + 1))]  # an enum: every grammar backend bounds it
