@@ -32,7 +32,9 @@ def add_dashboard_parser(subparsers: Any) -> argparse.ArgumentParser:
             "Write one self-contained HTML page (no network access when opened) with the "
             "corpus scores, a sortable and filterable table of pairs, and a finding-level "
             "view of each pair. With --compare, also show the per-pair difference in "
-            "actionable errors against a second records file of the same pairs."
+            "actionable errors against a second records file of the same pairs, and the "
+            "paired difference per tier with its 95% interval and p-value (as `radmatch "
+            "compare`)."
         ),
     )
     parser.add_argument("records", help="records file (JSONL) written by radmatch")
