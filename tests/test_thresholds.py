@@ -130,6 +130,13 @@ def test_reasoning_names_the_threshold_and_its_meaning():
     assert nodule.endswith("solid_nodule_diameter crosses 6 mm (Fleischner follow-up categories)")
 
 
+def test_values_are_rounded_to_6_decimals_before_the_side_test():
+    q = "ascending_aorta_diameter"
+    assert severity([mq(54, "mm", q)], [mq(55.0000004, "mm", q)]) == "minor"  # 55.000000
+    assert severity([mq(54, "mm", q)], [mq(55.000001, "mm", q)]) == "major"
+    assert severity([mq(5.4, "cm", q)], [mq(5.50000004, "cm", q)]) == "minor"  # 55.0000004 mm
+
+
 def test_meanings_follow_the_thresholds():
     assert CLINICAL_THRESHOLDS["abdominal_aorta_diameter"].meanings == (
         "aneurysm",

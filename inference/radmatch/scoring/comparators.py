@@ -205,18 +205,20 @@ def is_major(a: float, b: float, family: Family) -> bool:
 # ----------------------------------------------------------------- clinical thresholds (rule 6)
 
 
-def _in_quantity_unit(
-    value: float, unit: Optional[str], category: str, quantity: str
-) -> Optional[float]:
-    """The value in its quantity's unit (mm or fraction), or None when it has no threshold.
+# quantity -> (its category, whether it is in mm (else a fraction), its thresholds)
+_LIMITS = {
+    quantity: (spec.category, spec.unit == "mm", spec.thresholds)
+    for quantity, spec in CLINICAL_THRESHOLDS.items()
+}
 
-    Only a value of the quantity's own category qualifies: a size in mm (rule 2 has
-    converted mm, cm, m and null), a ratio as a fraction (null) or in pct.
+
+def _in_quantity_unit(value: float, unit: Optional[str], in_mm: bool) -> Optional[float]:
+    """The value in mm or as a fraction, or None when its unit has no threshold.
+
+    Rule 2 has already converted sizes in mm, cm, m or null to mm; a ratio with no
+    unit is a fraction and one in pct is divided by 100.
     """
-    spec = CLINICAL_THRESHOLDS[quantity]
-    if category != spec.category:
-        return None
-    if spec.unit == "mm":
+    if in_mm:
         return value if unit == "mm" else None
     if unit is None:
         return value
@@ -226,29 +228,39 @@ def _in_quantity_unit(
 def crossed_thresholds(a: Pooled, b: Pooled, category: str) -> tuple[float, ...]:
     """The thresholds of their shared quantity that reference a and candidate b lie either side of.
 
-    Empty unless both carry the same quantity and both convert to its unit. Values
-    are rounded like differences (rule 5), so 2.9 cm is exactly 29 mm.
+    Empty unless both carry the same quantity, are of its category and convert to its
+    unit. Values are rounded like differences (rule 5), so 2.9 cm is exactly 29 mm.
     """
     quantity = a[2]
     if quantity is None or quantity != b[2]:
         return ()
-    x = _in_quantity_unit(a[0], a[1], category, quantity)
-    y = _in_quantity_unit(b[0], b[1], category, quantity)
+    quantity_category, in_mm, thresholds = _LIMITS[quantity]
+    if category != quantity_category:
+        return ()
+    x = _in_quantity_unit(a[0], a[1], in_mm)
+    y = _in_quantity_unit(b[0], b[1], in_mm)
     if x is None or y is None:
         return ()
-    x, y = round(x, ROUND), round(y, ROUND)
-    return tuple(t for t in CLINICAL_THRESHOLDS[quantity].thresholds if (x > t) != (y > t))
+    return tuple([t for t in thresholds if _above(x, t) != _above(y, t)])
+
+
+def _above(value: float, threshold: float) -> bool:
+    """round(value, 6) > threshold, rounding only near the threshold (round is slow)."""
+    if abs(value - threshold) > 1e-6:
+        return value > threshold
+    return round(value, ROUND) > threshold
 
 
 def _is_major_pair(a: Pooled, b: Pooled, family: Family) -> bool:
     """Rule 5, or rule 6 when it applies; equal values are never an error."""
+    if a[2] is None or a[2] != b[2]:  # the common case: no shared quantity
+        return is_major(a[0], b[0], family)
     if is_major(a[0], b[0], family):
         return True
-    if a[2] is None or round(abs(a[0] - b[0]), ROUND) == 0:  # the common case: no quantity
-        return False
-    return bool(crossed_thresholds(a, b, family[0]))
+    return round(abs(a[0] - b[0]), ROUND) != 0 and bool(crossed_thresholds(a, b, family[0]))
 
 
+@lru_cache(maxsize=256)
 def _threshold_note(quantity: str, crossed: tuple[float, ...]) -> str:
     """': ascending_aorta_diameter crosses 55 mm (surgical repair threshold)'."""
     spec = CLINICAL_THRESHOLDS[quantity]
