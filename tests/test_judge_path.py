@@ -54,12 +54,30 @@ def test_answer_cache_round_trip_is_owner_only_and_discardable(tmp_path):
     key = cache_key(model="m", messages=[{"role": "user", "content": "x"}])
     assert cache.get(key) is None
     cache.put(key, {"text": "{}", "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
-    on_disk = list((tmp_path / "answers").rglob("*.json"))
-    assert len(on_disk) == 1 and stat.S_IMODE(on_disk[0].stat().st_mode) == 0o600
-    assert stat.S_IMODE(on_disk[0].parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "answers").stat().st_mode) == 0o700
+    on_disk = [p for p in (tmp_path / "answers").rglob("*") if p.is_file()]
+    assert on_disk and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in on_disk)
     assert AnswerCache(tmp_path / "answers").get(key)["text"] == "{}"  # a new process reads it
     cache.discard(key)
-    assert cache.get(key) is None and not list((tmp_path / "answers").rglob("*.json"))
+    assert cache.get(key) is None and AnswerCache(tmp_path / "answers").get(key) is None
+    cache.close()
+
+
+def test_answer_cache_reads_the_one_file_per_answer_layout(tmp_path):
+    key = cache_key(model="m", pair_message="old")
+    legacy = tmp_path / "answers" / key[:2] / f"{key}.json"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text('{"text": "{\\"a\\": 1}", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}')
+    assert AnswerCache(tmp_path / "answers").get(key)["usage"]["prompt_tokens"] == 3
+
+
+def test_a_broken_answer_store_is_turned_off_not_fatal(tmp_path, caplog):
+    (tmp_path / "answers").mkdir()
+    (tmp_path / "answers" / "answers.sqlite3").write_bytes(b"this is not a database" * 100)
+    cache = AnswerCache(tmp_path / "answers")
+    cache.put("k", {"text": "{}"})  # the memo still holds it
+    assert cache.get("k") == {"text": "{}"}
+    assert "going on without it" in caplog.text
 
 
 def test_answer_cache_memo_is_bounded():

@@ -23,13 +23,13 @@ CANDIDATES = [
 
 
 def make_evaluator(server, tmp_path, *, retries=3, timeout_s=30.0, cache=True, api_key=None,
-                   backend="vllm", **options):
+                   backend="vllm", concurrency=4, **options):
     judge = OpenAICompatibleJudge(
         base_url=server.base_url, model="stub-judge", api_key=api_key, backend=backend, timeout_s=timeout_s
     )
     return Evaluator(
         judge,
-        concurrency=4,
+        concurrency=concurrency,
         cache_dir=tmp_path / "cache" if cache else None,
         limits=SERVER_LIMITS,
         max_tokens={"indication": 256, "extract": 2048, "match": 1024, "grade": 1024},
@@ -268,6 +268,29 @@ def test_request_bodies_are_what_outlines_and_the_openai_sdk_send(tmp_path):
         assert ours == reference, backend
 
 
+def test_the_encoded_body_is_json_dumps_of_the_request_byte_for_byte():
+    """Encoding the static prefix once per stage must not change one byte of any request."""
+    import json
+
+    from radmatch.prompting import build_messages
+    from radmatch.schemas import answer_models
+
+    models = answer_models(SERVER_LIMITS)
+    judge = OpenAICompatibleJudge(base_url="http://127.0.0.1:9/v1", model="m", thinking=True)
+    for stage, modality, exemplars, user in (
+        ("extract", "chest_xray", None, {"report": "Épanchement — 3 mm « nodule »", "indication": None}),
+        ("extract", "chest_xray", 1, {"report": "No change.", "indication": "cough"}),
+        ("extract", "chest_xray", None, {"report": "Second pair.", "indication": None}),
+        ("match", "head_ct", 0, {"gt_findings": [], "pred_findings": []}),
+        ("grade", "brain_mri", None, {"pairs": []}),
+    ):
+        messages = build_messages(stage, modality, user, exemplars)
+        schema = models.for_stage(stage, 1)
+        for max_tokens in (64, 4096):
+            expected = json.dumps(judge.request_body(messages, schema, max_tokens), ensure_ascii=False)
+            assert judge.encode_body(messages, schema, max_tokens) == expected.encode("utf-8")
+
+
 # ---------------------------------------------------------------------- faults
 
 
@@ -327,21 +350,28 @@ def test_preflight_names_the_fix(tmp_path):
         OpenAICompatibleJudge(base_url="http://127.0.0.1:/v1", model="m")
 
 
-def test_streaming_keeps_at_most_concurrency_pairs_in_flight(tmp_path):
-    with StubServer(latency_s=0.05) as server, make_evaluator(server, tmp_path, cache=False) as evaluator:
-        evaluator.concurrency = 2
+def test_streaming_bounds_the_calls_at_the_judge_and_the_pairs_held(tmp_path):
+    from radmatch.pipeline import PAIRS_PER_SLOT
+
+    with StubServer(latency_s=0.05) as server, \
+            make_evaluator(server, tmp_path, cache=False, concurrency=2) as evaluator:
         pulled = []
 
         def source():
-            for i in range(8):
+            for i in range(12):
                 pulled.append(evaluator.stats.pairs)
-                yield PairInput(reference=REFERENCE, candidate=CANDIDATES[i % 4], pair_id=str(i))
+                yield PairInput(reference=f"{REFERENCE} Study {i}.", candidate=CANDIDATES[i % 4], pair_id=str(i))
 
         done = []
         stats = evaluator.run(source(), on_record=done.append)
-    assert stats.pairs == 8 and len(done) == 8 and all(r.scores is not None for r in done)
-    # pair i is read only when at most one earlier pair is still running
-    assert all(i - finished <= 2 for i, finished in enumerate(pulled))
+        spans = [(r["arrived"], r["finished"]) for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert stats.pairs == 12 and len(done) == 12 and all(r.scores is not None for r in done)
+    # never more than `concurrency` calls at the server at once
+    peak = max(sum(a <= t < f for a, f in spans) for t, _ in spans)
+    assert peak <= 2
+    # pair i is read only when at most concurrency x PAIRS_PER_SLOT earlier pairs are open
+    assert all(i - finished <= 2 * PAIRS_PER_SLOT for i, finished in enumerate(pulled))
+    assert max(i - finished for i, finished in enumerate(pulled)) == 2 * PAIRS_PER_SLOT
 
 
 # ---------------------------------------------------------------------- several servers

@@ -9,6 +9,9 @@ Retries: a transient fault (connection, timeout, 429/5xx, a cut-off body) is ret
 up to `retries` attempts in all, with exponential backoff, or after the server's
 Retry-After when it asks for longer (capped at `max_wait_s`); an invalid answer is
 retried once; any other judge error fails the stage at once.
+
+At most `concurrency` calls are at the judge at once (a call waiting out its backoff
+holds no slot), and a free slot goes to the oldest pair's call (`PairSpend.priority`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ValidationError
 
 from radmatch.cache import AnswerCache, cache_key
+from radmatch.gate import CallGate
 from radmatch.judges.base import InvalidAnswerError, Judge, JudgeError, TransientJudgeError
 from radmatch.prompting import fit_messages
 from radmatch.prompts import prompt_version
@@ -67,8 +71,9 @@ class RunStats:
 
 @dataclass
 class PairSpend:
-    """What one pair spent on the judge."""
+    """What one pair spent on the judge, and its place in the queue for judge slots."""
 
+    priority: float = 0.0  # lower is served first: the run loop numbers pairs as it opens them
     seconds: dict[str, float] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -90,9 +95,11 @@ class JudgeCalls:
         retries: int = 3,
         backoff_s: float = 1.0,
         max_wait_s: float = 60.0,
+        concurrency: int = 8,
         stats: Optional[RunStats] = None,
     ) -> None:
         self.judge = judge
+        self.gate = CallGate(concurrency)
         self.grammar = answer_models(limits)
         self.validators = validation_models(limits)
         self.max_tokens = max_tokens
@@ -144,7 +151,8 @@ class JudgeCalls:
         owner = False
         if answer is None:
             (entry, answer), owner = await self.cache.shared(
-                key, lambda: self._call(key, stage, messages, schema, validator, max_tokens)
+                key,
+                lambda: self._call(key, stage, messages, schema, validator, max_tokens, spend.priority),
             )
         spend.seconds[stage] = spend.seconds.get(stage, 0.0) + time.perf_counter() - started
         spend.calls += 1
@@ -174,6 +182,7 @@ class JudgeCalls:
         schema: type[BaseModel],
         validator: type[BaseModel],
         max_tokens: int,
+        priority: float,
     ) -> tuple[dict[str, Any], BaseModel]:
         started = time.perf_counter()
         attempts = invalid = 0
@@ -185,7 +194,11 @@ class JudgeCalls:
         while True:
             attempts += 1
             try:
-                result = await self.judge.generate(messages, schema, max_tokens=max_tokens)
+                await self.gate.acquire(priority)
+                try:
+                    result = await self.judge.generate(messages, schema, max_tokens=max_tokens)
+                finally:
+                    self.gate.release()
                 self.stats.judge_calls += 1
                 answer = validator.model_validate_json(result.text)
             except (ValidationError, InvalidAnswerError) as exc:

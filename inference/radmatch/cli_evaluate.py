@@ -203,7 +203,8 @@ def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
                    help="allow sending report text to a non-local endpoint, or through a proxy "
                    "named by HTTP_PROXY/ALL_PROXY (ignored without this)")
     j.add_argument("--concurrency", type=int,
-                   help="pairs in flight (default 8 with a server, 1 for the in-process judge)")
+                   help="judge calls in flight (default 32 per server, 1 for the in-process judge); "
+                   "a few more pairs than that are held open so that the judge never waits")
     j.add_argument("--timeout", type=float,
                    help="seconds for one server call, whole (default 300; the in-process judge has none)")
     j.add_argument("--retries", type=int, help="attempts per judge call on transient errors (default 3); "

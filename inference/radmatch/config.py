@@ -39,7 +39,9 @@ ENV_VARS: dict[str, str] = {
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 DEFAULT_SERVED_MODEL = "radmatch-judge"
-SERVER_CONCURRENCY = 8  # the name serve/start_vllm.sh serves under
+# Judge calls in flight per server by default: enough to fill a vLLM batch on one
+# workstation (the paper ran 15 workers) without queueing far ahead of it.
+SERVER_CONCURRENCY = 32
 SERVER_MAX_TOKENS = {"indication": 1024, "extract": 8192, "match": 6144, "grade": 6144}
 SMALL_MODEL_MAX_TOKENS = {"indication": 128, "extract": 1700, "match": 1400, "grade": 2048}
 
@@ -60,7 +62,7 @@ class JudgeConfig(BaseModel):
     thinking: Optional[bool] = None
     context_window: Optional[int] = Field(None, gt=0)
     local_model_dir: Optional[str] = None
-    concurrency: Optional[int] = Field(None, ge=1)  # None: 8 on a server, 1 in process
+    concurrency: Optional[int] = Field(None, ge=1)  # calls in flight; None: 32 a server, 1 in process
     cache: bool = True
     cache_dir: Optional[str] = None
     modality: Modality = DEFAULT_MODALITY
@@ -110,10 +112,13 @@ class JudgeConfig(BaseModel):
 
     @property
     def resolved_concurrency(self) -> int:
-        """Pairs in flight: a server batches many; an in-process model runs one call at a time."""
+        """Judge calls in flight: a server batches many (32 per server by default); an
+        in-process model runs one call at a time."""
         if self.concurrency is not None:
             return self.concurrency
-        return SERVER_CONCURRENCY if not self.is_small_local_model else 1
+        if self.is_small_local_model:
+            return 1
+        return SERVER_CONCURRENCY * max(1, len(self.base_urls))
 
     def answer_cache_dir(self) -> Optional[Path]:
         if not self.cache:

@@ -7,14 +7,17 @@ own thread, so the same evaluator serves scripts, notebooks, training loops and 
 CLI, call after call), the judge and its HTTP client or model, and the answer
 cache. Use it as a context manager, or call `close()`.
 
-Pairs stream: at most `concurrency` are in flight and the next pair is read only
-when one finishes, so memory stays flat however many pairs a run has. A pair whose
+Pairs stream: at most `concurrency` judge calls are in flight, and a few more pairs
+than that are open (`PAIRS_PER_SLOT`), so that a freed call slot always finds a call
+ready; the oldest pair's call takes it. The next pair is read only when one
+finishes, so memory stays flat however many pairs a run has. A pair whose
 judge fails gets a record with `error` and `failure` and no scores, never zero errors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import weakref
@@ -33,6 +36,10 @@ from radmatch.stages import run_stages
 from radmatch.vocabulary import DEFAULT_MODALITY, STAGES, check_modality
 
 log = logging.getLogger(__name__)
+
+# Open pairs per judge call slot. A pair's stages run one after another, so with one
+# pair per slot the judge idles while each pair between two calls builds its next one.
+PAIRS_PER_SLOT = 2
 
 OnRecord = Callable[[Record], None]
 # A pair to run: its id, the pair, and where it came from (an input line) or None.
@@ -73,11 +80,14 @@ class Evaluator:
             retries=retries,
             backoff_s=backoff_s,
             max_wait_s=max_wait_s,
+            concurrency=concurrency,
             stats=self.stats,
         )
         self._loop = LoopThread()
         # closed by close(), or when garbage-collected, or at exit: never left half-open
-        self._finalizer = weakref.finalize(self, _shut_down, judge if close_judge else None, self._loop)
+        self._finalizer = weakref.finalize(
+            self, _shut_down, judge if close_judge else None, self._loop, self.calls.cache
+        )
 
     @classmethod
     def from_config(cls, config: JudgeConfig, judge: Optional[Judge] = None) -> "Evaluator":
@@ -146,13 +156,14 @@ class Evaluator:
         return records  # type: ignore[return-value]
 
     async def _run(self, jobs: Iterator[Job], emit: OnRecord) -> None:
-        slots = asyncio.Semaphore(self.concurrency)
+        slots = asyncio.Semaphore(self.concurrency * PAIRS_PER_SLOT)
         running: set[asyncio.Task] = set()
+        opened = itertools.count()
         broken: list[BaseException] = []  # emit() failed (say, a full disk): stop reading pairs
 
-        async def one(job: Job) -> None:
+        async def one(job: Job, priority: int) -> None:
             try:
-                record = await self._evaluate_pair(*job)
+                record = await self._evaluate_pair(*job, priority=priority)
                 self.stats.pairs += 1
                 self.stats.failed += record.error is not None
                 emit(record)
@@ -167,7 +178,7 @@ class Evaluator:
                 await slots.acquire()  # the next pair is read only when a slot is free
                 if broken:
                     raise broken[0]
-                task = asyncio.ensure_future(one(job))
+                task = asyncio.ensure_future(one(job, next(opened)))
                 running.add(task)
                 task.add_done_callback(running.discard)
             await asyncio.gather(*running)
@@ -187,7 +198,9 @@ class Evaluator:
             fewshot_set=modality,
         )
 
-    async def _evaluate_pair(self, pair_id: str, pair: PairInput, source: Optional[str]) -> Record:
+    async def _evaluate_pair(
+        self, pair_id: str, pair: PairInput, source: Optional[str], priority: int = 0
+    ) -> Record:
         modality = pair.modality or self.modality
         record = Record(
             pair_id=pair_id, study_id=pair.study_id, modality=modality, source=source,
@@ -197,7 +210,7 @@ class Evaluator:
         if not pair.reference.strip():
             record.fail(Failure(stage="input", cause="the reference report is empty"))
             return record
-        spend = PairSpend()
+        spend = PairSpend(priority=priority)
         started = time.perf_counter()
 
         def ask(stage: str, user_input: dict[str, Any], rows: Optional[int] = None) -> Any:
@@ -232,12 +245,13 @@ class Evaluator:
         return record
 
 
-def _shut_down(judge: Optional[Judge], loop: LoopThread) -> None:
+def _shut_down(judge: Optional[Judge], loop: LoopThread, cache: AnswerCache) -> None:
     try:
         if judge is not None:
             loop.run(judge.aclose())
     finally:
         loop.close()
+        cache.close()
 
 
 def _jobs(pairs: Iterable[Union[PairInput, Job]]) -> Iterator[Job]:

@@ -41,6 +41,7 @@ from radmatch.judges.base import (
 from radmatch.judges.endpoints import check_endpoint, check_url
 
 BACKENDS = ("vllm", "hosted")
+ENCODED_ENTRIES = 256  # encoded prefixes and tails kept: stages x modalities x exemplar counts
 KEY_HINT = (
     "set the variable named by --api-key-env (default RADMATCH_API_KEY) to the server's key"
 )
@@ -89,6 +90,7 @@ class OpenAICompatibleJudge:
             self._fixed["chat_template_kwargs"] = {"enable_thinking": thinking}
         self.settings = {"temperature": temperature, "thinking": thinking}  # part of the cache key
         self._constraints: dict[type[BaseModel], dict[str, Any]] = {}
+        self._encoded: dict[Any, str] = {}  # request parts that repeat, as JSON text
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleJudge(backend={self.backend!r}, model={self.model!r}, base_url={self.base_url!r})"
@@ -118,14 +120,33 @@ class OpenAICompatibleJudge:
     def request_body(self, messages: list[Message], schema: type[BaseModel], max_tokens: int) -> dict[str, Any]:
         return {"messages": messages, "max_tokens": max_tokens, **self._fixed, **self.constraint(schema)}
 
+    def encode_body(self, messages: list[Message], schema: type[BaseModel], max_tokens: int) -> bytes:
+        """`json.dumps(request_body(...))`, byte for byte, with the parts that repeat encoded once.
+
+        The static prefix (instructions and exemplars, ~40 KB) is the same string objects
+        call after call, so it is encoded once per stage, modality and exemplar count;
+        only the pair's own message is encoded per call.
+        """
+        *prefix, last = messages
+        key = tuple((m["role"], m["content"]) for m in prefix)  # str hashes are cached
+        head = self._encoded.get(key)
+        if head is None:
+            if len(self._encoded) >= ENCODED_ENTRIES:
+                self._encoded.clear()
+            head = self._encoded[key] = "".join(_dumps(m) + ", " for m in prefix)
+        tail = self._encoded.get((schema, max_tokens))
+        if tail is None:
+            fields = {"max_tokens": max_tokens, **self._fixed, **self.constraint(schema)}
+            tail = self._encoded[(schema, max_tokens)] = _dumps(fields)[1:]
+        return f'{{"messages": [{head}{_dumps(last)}], {tail}'.encode("utf-8")
+
     def count_tokens(self, messages: list[Message]) -> int:
         return estimate_tokens(messages)
 
     async def generate(
         self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
     ) -> JudgeResult:
-        payload = json.dumps(self.request_body(messages, schema, max_tokens), ensure_ascii=False)
-        content = await self._post("/chat/completions", payload.encode("utf-8"))
+        content = await self._post("/chat/completions", self.encode_body(messages, schema, max_tokens))
         try:
             data = json.loads(content)
             choice = data["choices"][0]
@@ -215,6 +236,10 @@ class OpenAICompatibleJudge:
         if self._http is not None and self._owns_http:
             await self._http.close()
             self._http = None
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False)
 
 
 def _server_message(content: bytes) -> str:
