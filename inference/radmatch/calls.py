@@ -125,8 +125,13 @@ class JudgeCalls:
         spend: PairSpend,
         *,
         rows: Optional[int] = None,
+        sample: int = 0,
     ) -> BaseModel:
-        """The stage's validated answer for `user_input`, from the cache or the judge."""
+        """The stage's validated answer for `user_input`, from the cache or the judge.
+
+        `sample` k > 0 asks again for the k-th sample of the same call (`--samples`): its
+        own cache entry, never shared with another sample's call.
+        """
         started = time.perf_counter()
         schema = self.grammar.for_stage(stage, rows)
         validator = self.validators.for_stage(stage, rows)
@@ -146,6 +151,7 @@ class JudgeCalls:
             pair_message=messages[-1]["content"],
             schema=_schema_digest(schema),
             max_tokens=max_tokens,
+            **({"sample": sample} if sample else {}),  # sample 0 is the one-sample run's entry
         )
         answer = self._stored(key, validator)
         owner = False

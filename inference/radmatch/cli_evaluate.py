@@ -82,6 +82,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             context_window=args.context_window, local_model_dir=args.local_model_dir,
             concurrency=args.concurrency, cache=False if args.no_cache else None,
             cache_dir=args.cache_dir, modality=args.modality, decoding=args.decoding,
+            samples=args.samples, temperature=args.temperature,
         )
         rows, bad = _scan(args)
     except (ValueError, OSError) as exc:  # InputError is a ValueError
@@ -98,6 +99,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     if config.is_small_local_model:
         print(SMALL_JUDGE_NOTICE, file=sys.stderr)
+    if config.samples > 1 and config.temperature == 0:
+        print(f"note: {config.samples} samples at temperature 0 are greedy and repeat one "
+              "another; pass --temperature (e.g. 0.7) to measure stability", file=sys.stderr)
     try:
         evaluator = Evaluator.from_config(config)
     except Exception as exc:  # bad URL, refused endpoint, missing extra: tell the user the fix
@@ -212,6 +216,11 @@ def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
     j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                    help="turn a reasoning model's thinking on or off (server default if unset)")
     j.add_argument("--context-window", type=int, help="judge context in tokens, for the budget")
+    j.add_argument("--samples", type=int, metavar="K",
+                   help="run the stages K times per pair and store every sample, to see how "
+                   "stable a score is (default 1; use with --temperature above 0)")
+    j.add_argument("--temperature", type=float,
+                   help="sampling temperature of the judge (default 0: greedy)")
     j.add_argument("--decoding", choices=["auto", "server", "small_model"],
                    help="list caps and token budgets: small_model for a small served model "
                    "(default auto: small_model in process, server otherwise)")

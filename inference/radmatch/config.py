@@ -31,6 +31,7 @@ ENV_VARS: dict[str, str] = {
     "context_window": "RADMATCH_CONTEXT_WINDOW",
     "local_model_dir": "RADMATCH_LOCAL_MODEL_DIR",
     "concurrency": "RADMATCH_CONCURRENCY",
+    "samples": "RADMATCH_SAMPLES",
     "cache": "RADMATCH_CACHE",
     "cache_dir": "RADMATCH_JUDGE_CACHE_DIR",
     "modality": "RADMATCH_MODALITY",
@@ -62,6 +63,7 @@ class JudgeConfig(BaseModel):
     thinking: Optional[bool] = None
     context_window: Optional[int] = Field(None, gt=0)
     local_model_dir: Optional[str] = None
+    samples: int = Field(1, ge=1)  # runs of the stages per pair (score stability); 1: one greedy run
     concurrency: Optional[int] = Field(None, ge=1)  # calls in flight; None: 32 a server, 1 in process
     cache: bool = True
     cache_dir: Optional[str] = None
@@ -140,7 +142,9 @@ class JudgeConfig(BaseModel):
             from radmatch.judges.local import LocalTransformersJudge
 
             model_dir = Path(self.local_model_dir).expanduser() if self.local_model_dir else None
-            return LocalTransformersJudge(model_dir, context_window=self.context_window)
+            return LocalTransformersJudge(
+                model_dir, context_window=self.context_window, temperature=self.temperature
+            )
         if not self.base_url:
             raise ValueError(
                 f"the {backend!r} backend needs a server URL: pass --base-url or set RADMATCH_BASE_URL"

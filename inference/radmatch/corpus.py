@@ -88,6 +88,7 @@ class CorpusSummary:
         self._errors: dict[str, tuple[Hashable, Optional[int]]] = {}
         self.warnings: list[str] = []
         self._duplicates = 0
+        self._identical: dict[str, bool] = {}  # pair_id -> identical counts across samples
 
     def add(self, record: Record) -> None:
         contribution = tally(record)
@@ -105,6 +106,10 @@ class CorpusSummary:
             self._failed[pair_id] = record.error or "not scored"
         study = ("study", record.study_id) if record.study_id else ("pair", pair_id)
         self._errors[pair_id] = (study, None if failed else contribution[SLOT[("actionable_errors",)]])
+        if record.stability is not None:  # --samples K: did every sample count the same?
+            self._identical[pair_id] = bool(record.stability.identical)
+        else:
+            self._identical.pop(pair_id, None)
 
     def extend(self, records: Iterable[Record]) -> "CorpusSummary":
         for record in records:
@@ -184,7 +189,14 @@ class CorpusSummary:
             },
             "failed_pairs": dict(sorted(self._failed.items())),
             "warnings": warnings,
+            **({"stability": self.stability()} if self._identical else {}),
         }
+
+    def stability(self) -> dict[str, Any]:
+        """Over the sampled pairs: how many counted the same actionable errors in every sample."""
+        n, same = len(self._identical), sum(self._identical.values())
+        return {"pairs": n, "identical": same, "share": ratio(same, n),
+                "share_ci": wilson_interval(same, n)}
 
 
 def summarize(records: Iterable[Record]) -> CorpusSummary:
@@ -256,6 +268,14 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{att['reference']['attributed']}/{att['reference']['findings']}, candidate "
         f"{att['candidate']['attributed']}/{att['candidate']['findings']}"
     )
+    stability = summary.get("stability")
+    if stability:
+        lines.append("")
+        lines.append(
+            f"stability: {stability['identical']}/{stability['pairs']} sampled pairs "
+            f"({_pct(stability['share'])}, 95% CI {_ci(stability['share_ci'])}) counted the "
+            "same actionable errors in every sample"
+        )
     failed = summary.get("failed_pairs") or {}
     if failed:
         lines.append("")

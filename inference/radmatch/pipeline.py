@@ -30,7 +30,7 @@ from radmatch.config import SERVER_MAX_TOKENS, JudgeConfig
 from radmatch.judges.base import Judge
 from radmatch.loop import LoopThread
 from radmatch.recompute import score_record
-from radmatch.records import Failure, JudgeInfo, PairInput, Record, Timings, Usage
+from radmatch.records import Failure, JudgeInfo, PairInput, Record, Sample, Stages, Timings, Usage
 from radmatch.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits
 from radmatch.stages import run_stages
 from radmatch.vocabulary import DEFAULT_MODALITY, STAGES, check_modality
@@ -63,11 +63,15 @@ class Evaluator:
         max_wait_s: float = 60.0,
         memo_entries: int = MEMO_ENTRIES,
         close_judge: bool = True,
+        samples: int = 1,
     ) -> None:
         check_modality(modality, "The 'modality' parameter of Evaluator")
         if concurrency < 1:
             raise ValueError(f"The 'concurrency' parameter of Evaluator must be >= 1; got {concurrency}")
+        if samples < 1:
+            raise ValueError(f"The 'samples' parameter of Evaluator must be >= 1; got {samples}")
         self.judge = judge
+        self.samples = samples
         self.modality = modality
         self.concurrency = concurrency
         self.limits = limits or SERVER_LIMITS
@@ -101,6 +105,7 @@ class Evaluator:
             limits=SMALL_MODEL_LIMITS if config.small_model_decoding else SERVER_LIMITS,
             max_tokens=config.stage_max_tokens(),
             retries=config.retries,
+            samples=config.samples,
         )
 
     # ------------------------------------------------------------------ lifetime
@@ -190,6 +195,21 @@ class Evaluator:
 
     # ------------------------------------------------------------------ one pair
 
+    async def _run_samples(self, record: Record, asker: Callable[[int], Any]) -> None:
+        """Run the stages `samples` times at once: sample 0 into the record, the rest beside it.
+
+        A failure of sample 0 fails the pair (after the other samples are stored); a
+        failure of another sample is kept in that sample.
+        """
+        first, *others = await asyncio.gather(
+            run_stages(record, asker(0), self.limits),
+            *(_sample(record, k, asker(k), self.limits) for k in range(1, self.samples)),
+            return_exceptions=True,
+        )
+        record.samples = others
+        if isinstance(first, BaseException):
+            raise first
+
     def judge_info(self, modality: str) -> JudgeInfo:
         return JudgeInfo(
             backend=self.judge.backend,
@@ -213,11 +233,16 @@ class Evaluator:
         spend = PairSpend(priority=priority)
         started = time.perf_counter()
 
-        def ask(stage: str, user_input: dict[str, Any], rows: Optional[int] = None) -> Any:
-            return self.calls.ask(stage, modality, user_input, spend, rows=rows)
+        def asker(sample: int) -> Callable[..., Any]:
+            def ask(stage: str, user_input: dict[str, Any], rows: Optional[int] = None) -> Any:
+                return self.calls.ask(stage, modality, user_input, spend, rows=rows, sample=sample)
+            return ask
 
         try:
-            await run_stages(record, ask, self.limits)
+            if self.samples == 1:
+                await run_stages(record, asker(0), self.limits)
+            else:
+                await self._run_samples(record, asker)
             record = score_record(record)
         except StageFailed as exc:
             record.fail(exc.failure)
@@ -230,6 +255,11 @@ class Evaluator:
                 "pair %s: internal error %s", pair_id, type(exc).__name__,
                 exc_info=log.isEnabledFor(logging.DEBUG),  # tracebacks may quote report text
             )
+        if record.error is not None and record.samples is not None:
+            try:  # the pair failed; the samples that ran are scored all the same
+                record = score_record(record)
+            except ValueError:
+                pass
         record.timings_s = Timings(
             **{stage: round(spend.seconds.get(stage, 0.0), 4) for stage in STAGES},
             total=round(time.perf_counter() - started, 4),
@@ -243,6 +273,20 @@ class Evaluator:
         )
         record.judge.exemplars_used = spend.exemplars
         return record
+
+
+async def _sample(record: Record, index: int, ask: Callable[..., Any], limits: Limits) -> Sample:
+    """Sample `index` of a pair's stages; its failure is kept in the sample, not raised."""
+    scratch = record.model_copy(update={"stages": Stages(), "flags": []})
+    sample = Sample(index=index, stages=scratch.stages)
+    try:
+        await run_stages(scratch, ask, limits)
+    except StageFailed as exc:
+        sample.failure, sample.error = exc.failure, exc.failure.message()
+    except Exception as exc:  # a bug in one sample must not take the pair down
+        sample.failure = Failure(stage="internal", cause=f"internal error: {type(exc).__name__}")
+        sample.error = sample.failure.message()
+    return sample
 
 
 def _shut_down(judge: Optional[Judge], loop: LoopThread, cache: AnswerCache) -> None:

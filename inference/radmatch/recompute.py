@@ -8,8 +8,10 @@ from pydantic import ValidationError
 
 from radmatch.corpus import CorpusSummary
 from radmatch.record_io import BadLine, describe_error, parse_record
-from radmatch.records import Record
+from radmatch.records import Record, Sample, Stages
+from radmatch.scoring.results import Scores
 from radmatch.scoring.score import score_pair
+from radmatch.stability import stability
 
 REQUIRED_STAGES = ("reference_findings", "candidate_findings", "matching")
 
@@ -17,18 +19,38 @@ REQUIRED_STAGES = ("reference_findings", "candidate_findings", "matching")
 def score_record(record: Record) -> Record:
     """Return a copy of the record with `scores` and `repairs` re-derived from its stages.
 
-    A failed record (`error` set) is returned unscored: it is never scored as clean.
+    A failed record (`error` set) is returned unscored: it is never scored as clean. A
+    sampled record (`--samples K`) has every sample re-scored and its stability re-derived.
     """
     if record.error is not None:
-        return record.model_copy(update={"scores": None})
-    missing = [name for name in REQUIRED_STAGES if getattr(record.stages, name) is None]
+        update: dict = {"scores": None}
+    else:
+        scores, repairs = _score_stages(record.pair_id, record.stages, record)
+        update = {"scores": scores, "repairs": repairs}
+    if record.samples is not None:
+        update["samples"] = [_score_sample(record, sample) for sample in record.samples]
+    scored = record.model_copy(update=update)
+    if scored.samples is not None:
+        scored.stability = stability(scored)
+    return scored
+
+
+def _score_sample(record: Record, sample: Sample) -> Sample:
+    if sample.error is not None:
+        return sample.model_copy(update={"scores": None})
+    name = f"{record.pair_id} (sample {sample.index})"
+    scores, repairs = _score_stages(name, sample.stages, record)
+    return sample.model_copy(update={"scores": scores, "repairs": repairs})
+
+
+def _score_stages(name: str, stages: Stages, record: Record) -> tuple[Scores, list[str]]:
+    missing = [stage for stage in REQUIRED_STAGES if getattr(stages, stage) is None]
     if missing:
         raise ValueError(
-            f"pair {record.pair_id!r}: stage {', '.join(missing)} is missing and 'error' "
+            f"pair {name!r}: stage {', '.join(missing)} is missing and 'error' "
             "is not set; a record without its stages cannot be scored"
         )
-    stages = record.stages
-    scores, repairs = score_pair(
+    return score_pair(
         stages.reference_findings,
         stages.candidate_findings,
         stages.matching,
@@ -36,7 +58,6 @@ def score_record(record: Record) -> Record:
         reference_text=record.reference,
         candidate_text=record.candidate,
     )
-    return record.model_copy(update={"scores": scores, "repairs": repairs})
 
 
 def ensure_scored(record: Record) -> Record:

@@ -110,6 +110,44 @@ class Failure(BaseModel):
         return f"{self.stage}: {self.cause}{tried}"
 
 
+class Sample(BaseModel):
+    """A further run of the stages on the same pair (`--samples K`): sample 1 to K-1.
+
+    Sample 0 is the record's own `stages` and `scores`, so that every other view reads
+    a sampled record as it reads any record.
+    """
+
+    model_config = _OPEN
+    index: int
+    stages: Stages = Field(default_factory=Stages)
+    repairs: list[str] = Field(default_factory=list)
+    error: Optional[str] = None
+    failure: Optional[Failure] = None
+    scores: Optional[Scores] = None
+
+
+class UnitVote(BaseModel):
+    """One unit across samples: known by its findings' text, its outcome in each sample."""
+
+    model_config = _OPEN
+    unit: str  # the reference findings' text ("a + b"), or the candidate's for a spurious unit
+    side: str  # "reference" or "candidate"
+    outcomes: list[Optional[str]]  # per scored sample; None: no such unit in that sample
+    majority: Optional[str]  # the outcome of more than half the scored samples, else None
+
+
+class Stability(BaseModel):
+    """How much the scores of one pair move between samples of the judge."""
+
+    model_config = _OPEN
+    samples: int
+    scored: int
+    actionable_errors: list[Optional[int]]  # per sample; None where a sample failed
+    spread: Optional[int] = None  # max - min over the scored samples
+    identical: Optional[bool] = None  # every sample scored and counted the same
+    units: list[UnitVote] = Field(default_factory=list)
+
+
 class Record(BaseModel):
     """One evaluated pair: inputs, stage answers, repairs, scores."""
 
@@ -132,6 +170,8 @@ class Record(BaseModel):
     error: Optional[str] = None  # Failure.message(), kept as one line for readers
     failure: Optional[Failure] = None
     scores: Optional[Scores] = None
+    samples: Optional[list[Sample]] = None  # samples 1..K-1 under --samples K (absent for one)
+    stability: Optional[Stability] = None
 
     @property
     def failed(self) -> bool:
@@ -142,8 +182,13 @@ class Record(BaseModel):
 
     def to_json(self) -> str:
         # a stage that did not run is absent; "indication": null means "no indication"
+        exclude: dict[str, Any] = {}
         absent = {k for k in _OPTIONAL_STAGES if getattr(self.stages, k) is None}
-        return self.model_dump_json(exclude={"stages": absent} if absent else None)
+        if absent:
+            exclude["stages"] = absent
+        if self.samples is None:  # a one-sample record reads as it always has
+            exclude.update(samples=True, stability=True)
+        return self.model_dump_json(exclude=exclude or None)
 
 
 _OPTIONAL_STAGES = ("reference_findings", "candidate_findings", "matching", "grading")
@@ -202,6 +247,9 @@ __all__ = [
     "JudgeInfo",
     "PairInput",
     "Record",
+    "Sample",
+    "Stability",
+    "UnitVote",
     "SCHEMA_VERSION",
     "Stages",
     "Timings",

@@ -43,7 +43,8 @@ def cpu_threads() -> int:
 
 
 class LocalTransformersJudge:
-    """Greedy, grammar-constrained generation in this process, one call at a time."""
+    """Grammar-constrained generation in this process, one call at a time; greedy unless
+    a `temperature` above 0 asks for sampling (`--samples`)."""
 
     backend = "transformers"
 
@@ -54,6 +55,7 @@ class LocalTransformersJudge:
         model_name: Optional[str] = None,
         context_window: Optional[int] = None,
         device: Optional[str] = None,
+        temperature: float = 0.0,
     ) -> None:
         # torch.compile of an outlines-core kernel costs ~19 s on the first call; eager is fine
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
@@ -94,6 +96,10 @@ class LocalTransformersJudge:
         self._prefixes: dict[str, tuple[Any, Any]] = {}  # prefix text -> (token ids, kv cache)
         self._turn = threading.Lock()  # taken in the worker thread: waiting blocks no event loop
         self._closing = threading.Event()
+        self.temperature = temperature
+        # part of the answer cache key; None keeps the greedy judge's entries as they were
+        self.settings = {"temperature": temperature} if temperature > 0 else None
+        self._sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {}
 
     def count_tokens(self, messages: list[Message]) -> int:
         ids = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -131,6 +137,7 @@ class LocalTransformersJudge:
                 Chat(messages),
                 max_new_tokens=max_tokens,
                 stopping_criteria=StoppingCriteriaList([_Abandoned()]),
+                **self._sampling,
                 **self._prefilled(messages),
             )
         completion = len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
