@@ -86,12 +86,14 @@ SERVER_LIMITS = Limits(
     reasoning=None, errors_per_match=5, indication=None, exact_grade_length=False,
 )
 # Sized so that the longest JSON these caps allow fits SMALL_MODEL_MAX_TOKENS (config.py):
-# with SmolLM2's tokenizer a full extraction answer is about 1,630 tokens of 1,700. The
+# with SmolLM2's tokenizer a full extraction answer is about 1,100 tokens of 1,700. The
 # caps admit everything the exemplars teach (tests/test_fewshots.py checks it): two quotes
-# for a finding merged from FINDINGS and IMPRESSION (rule 4), four measurements for two
-# dimensions now and before; fewer findings per report pay for them.
+# for a finding merged from FINDINGS and IMPRESSION (rule 4), two measurements (a value
+# and its prior). Six findings rather than eight pay for the second quote: on a busy
+# 2-core machine the extraction grammar then compiles faster than with 8 findings and
+# one quote (195 s against 237 s), while four measurements would take about 330 s.
 SMALL_MODEL_LIMITS = Limits(
-    findings=6, text=120, evidence=2, quote=100, measurements=4, unit=16, rows=16,
+    findings=6, text=120, evidence=2, quote=100, measurements=2, unit=16, rows=16,
     reasoning=100, errors_per_match=2, indication=300, exact_grade_length=True,
 )
 
