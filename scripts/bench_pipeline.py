@@ -24,7 +24,7 @@ through `Evaluator.run`. Reported:
   (importing Outlines, each stage's request field) is done before the clock and
   reported apart.
 
-Real server (--base-url): pairs/s at 1, 8, 32 and 64 pairs in flight (a distinct
+Real server (--base-url): pairs/s at 1, 8, 32 and 64 judge calls in flight (a distinct
 workload each, answer cache off), and the prefix-cache hit rate from the server's
 /metrics counters (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total,
 or the older vllm:gpu_prefix_cache_* names) read before and after each level.
@@ -297,7 +297,7 @@ def prefix_counters(base_url: str) -> tuple[float, float]:
 
 
 def real_server(args: argparse.Namespace) -> dict[str, Any]:
-    levels, first = [], 0
+    levels, first = [], getattr(args, "first_reference", 0)
     before_all = prefix_counters(args.base_url)
     for in_flight in args.levels:
         n_pairs = max(args.min_pairs, 2 * in_flight)
@@ -320,6 +320,7 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
         })
     queries, hits = (a - b for a, b in zip(prefix_counters(args.base_url), before_all))
     return {"mode": "server", "base_url": args.base_url, "model": args.model, "levels": levels,
+            "references": first - getattr(args, "first_reference", 0),
             "prefix_cache_hit_rate": round(hits / queries, 3) if queries else None}
 
 
@@ -327,7 +328,7 @@ def show(result: dict[str, Any]) -> None:
     if result["mode"] == "server":
         print(f"server {result['base_url']} model {result['model']}")
         for level in result["levels"]:
-            print(f"  {level['in_flight']:>3} in flight: {level['pairs_per_s']:8.3f} pairs/s "
+            print(f"  {level['in_flight']:>3} calls in flight: {level['pairs_per_s']:8.3f} pairs/s "
                   f"({level['pairs']} pairs, {level['failed']} failed, "
                   f"{level['judge_calls_per_pair']} calls/pair, prefix-cache hit rate "
                   f"{level['prefix_cache_hit_rate']})")
