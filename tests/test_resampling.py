@@ -54,3 +54,14 @@ def test_degenerate_inputs_give_nan_not_an_error():
 def test_wilson_matches_scipy(k, n):
     expected = stats.binomtest(k, n).proportion_ci(0.95, method="wilson")
     assert wilson_interval(k, n) == pytest.approx((expected.low, expected.high), abs=1e-9)
+
+
+def test_the_fast_mean_interval_draws_what_the_generic_bootstrap_draws():
+    rng = np.random.default_rng(5)
+    values = rng.poisson(1.5, size=90).astype(float)
+    study_ids = rng.integers(0, 40, size=90)
+    clusters = group_by_study(study_ids)
+    generic = study_bootstrap(clusters, lambda idx: float(values[idx].mean()), n_resamples=300, seed=4)
+    fast = mean_interval(values, study_ids, n_resamples=300, seed=4)
+    assert fast == pytest.approx(generic, abs=1e-12)
+

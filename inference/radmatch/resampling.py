@@ -71,14 +71,30 @@ def mean_interval(
     values: Sequence[float], study_ids: Sequence[Hashable], confidence: float = 0.95,
     n_resamples: int = N_RESAMPLES, seed: int = SEED,
 ) -> tuple[float, float]:
-    """Interval of the mean of `values`, resampling studies (a study's pairs stay together)."""
+    """Interval of the mean of `values`, resampling studies (a study's pairs stay together).
+
+    The same draws as `study_bootstrap` with the mean as statistic, computed from each
+    study's sum and count in blocks of draws: 20,000 pairs take milliseconds, not seconds.
+    """
     if len(values) != len(study_ids):
         raise ValueError(f"{len(values)} values but {len(study_ids)} study ids")
+    clusters = group_by_study(study_ids)
+    if not clusters:
+        return (math.nan, math.nan)
     array = np.asarray(values, dtype=float)
-    return study_bootstrap(
-        group_by_study(study_ids), lambda idx: float(array[idx].mean()), confidence,
-        n_resamples, seed,
-    )
+    sums = np.array([array[c].sum() for c in clusters])
+    counts = np.array([len(c) for c in clusters], dtype=float)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_resamples)
+    block = max(1, 2_000_000 // len(clusters))  # draws per block: bounded memory
+    for start in range(0, n_resamples, block):
+        stop = min(n_resamples, start + block)
+        picks = np.stack([rng.integers(0, len(clusters), size=len(clusters))
+                          for _ in range(start, stop)])
+        means[start:stop] = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return (float(low), float(high))
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Optional[list[float]]:
