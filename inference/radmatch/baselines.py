@@ -15,9 +15,7 @@ it holds no finding-level structure, which is the point of the comparison.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
-import inspect
 import json
 import logging
 import sys
@@ -28,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from radmatch.cli_evaluate import COLUMN_FLAGS, add_judge_arguments, judge_config
+from radmatch.pipeline import stream
 from radmatch.records import Failure, PairInput
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class Baseline:
         self.concurrency = max(1, concurrency)
         # JudgeCalls' own path (cache, sharing, retries, validation) with our messages
         self.calls = JudgeCalls(judge, limits=SERVER_LIMITS, max_tokens={}, cache=AnswerCache(cache_dir),
-                                retries=retries)
+                                retries=retries, concurrency=self.concurrency)
         self._loop = LoopThread(f"radmatch-{method}")
         self._close_judge = close_judge
 
@@ -132,6 +132,7 @@ class Baseline:
                 self._loop.run(self.judge.aclose())
         finally:
             self._loop.close()
+            self.calls.cache.close()
 
     def __enter__(self) -> "Baseline":
         return self
@@ -152,8 +153,7 @@ class Baseline:
         ]
 
     async def _ask(self, pair: PairInput, spend: "PairSpend") -> BaseModel:
-        from radmatch.cache import cache_key
-        from radmatch.calls import StageFailed, _schema_digest
+        from radmatch.calls import StageFailed
 
         messages = self.messages(pair)
         stage = f"baseline_{self.method}"
@@ -163,41 +163,20 @@ class Baseline:
             if needed > window:
                 raise StageFailed(Failure(stage=stage, cause=(
                     f"the pair needs {needed} tokens, more than the judge's context of {window}")))
-        key = cache_key(
-            model=self.judge.model, backend=self.judge.backend,
-            settings=getattr(self.judge, "settings", None), prompt_version=self.version,
-            exemplars=0, pair_message=messages[-1]["content"], schema=_schema_digest(self.schema),
-            max_tokens=self.max_tokens,
+        return await self.calls.call(
+            stage, messages, self.schema, self.schema, self.max_tokens, spend,
+            prompt_version=self.version,
         )
-        calls = self.calls
-        answer = calls._stored(key, self.schema)
-        if answer is not None:
-            spend.cached += 1
-            return answer
-        # JudgeCalls._call is private and its signature moves (a call priority was added):
-        # pass what it takes. A public "ask with these messages" would remove this.
-        takes = inspect.signature(calls._call).parameters
-        extra = {"priority": getattr(spend, "priority", 0.0)} if "priority" in takes else {}
-        (entry, answer), owner = await calls.cache.shared(
-            key, lambda: calls._call(key, stage, messages, self.schema, self.schema, self.max_tokens, **extra)
-        )
-        if owner:
-            spend.prompt_tokens += entry["usage"]["prompt_tokens"]
-            spend.completion_tokens += entry["usage"]["completion_tokens"]
-            spend.calls += 1
-        else:
-            spend.cached += 1
-        return answer
 
-    async def _one(self, pair_id: str, pair: PairInput, source: Optional[str]) -> dict[str, Any]:
+    async def _one(
+        self, pair_id: str, pair: PairInput, source: Optional[str], priority: int = 0
+    ) -> dict[str, Any]:
         from radmatch.calls import PairSpend, StageFailed
 
         record = base_record(pair_id, pair, self.method, source)
         record["judge"] = {"backend": self.judge.backend, "model": self.judge.model,
                            "prompt_version": self.version}
-        spend, started = PairSpend(), time.perf_counter()
-        if hasattr(spend, "priority"):
-            spend.priority = started  # first come, first served
+        spend, started = PairSpend(priority=priority), time.perf_counter()
         try:
             if not pair.reference.strip():
                 raise StageFailed(Failure(stage="input", cause="the reference report is empty"))
@@ -213,37 +192,17 @@ class Baseline:
             record["failure"], record["error"] = failure.model_dump(), failure.message()
         record["timings_s"] = {"total": round(time.perf_counter() - started, 4)}
         record["usage"] = {"prompt_tokens": spend.prompt_tokens, "completion_tokens": spend.completion_tokens,
-                           "judge_calls": spend.calls, "cached_calls": spend.cached}
+                           "judge_calls": spend.calls - spend.cached, "cached_calls": spend.cached}
         return record
 
     def run(self, jobs: Iterable[tuple[str, PairInput, Optional[str]]],
             on_record: Callable[[dict[str, Any]], None]) -> None:
         """Run every (pair_id, pair, source) job; `on_record` gets each record as it ends."""
 
-        async def main() -> None:
-            slots = asyncio.Semaphore(self.concurrency)
-            running: set[asyncio.Task] = set()
+        async def one(job: tuple[str, PairInput, Optional[str]], position: int) -> None:
+            on_record(await self._one(*job, priority=position))
 
-            async def one(job) -> None:
-                try:
-                    on_record(await self._one(*job))
-                finally:
-                    slots.release()
-
-            try:
-                for job in jobs:
-                    await slots.acquire()
-                    task = asyncio.ensure_future(one(job))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                await asyncio.gather(*running)
-            except BaseException:
-                for task in running:
-                    task.cancel()
-                await asyncio.gather(*running, return_exceptions=True)
-                raise
-
-        self._loop.run(main())
+        self._loop.run(stream(jobs, one, self.concurrency))
 
 
 def base_record(pair_id: str, pair: PairInput, method: str, source: Optional[str] = None) -> dict[str, Any]:
@@ -258,26 +217,16 @@ def base_record(pair_id: str, pair: PairInput, method: str, source: Optional[str
 
 # --------------------------------------------------------------------------- command line
 
-COLUMN_FLAGS = (("reference", "reference"), ("candidate", "candidate"), ("indication", "indication"),
-                ("study-id", "study_id"), ("modality", "modality"), ("pair-id", "pair_id"))
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
     from radmatch.cli import EXIT_OK, EXIT_SOME_FAILED, fail
-    from radmatch.config import JudgeConfig
     from radmatch.inputs import read_pairs
     from radmatch.judges.base import JudgeUnavailable
     from radmatch.record_io import open_private
 
     try:
-        config = JudgeConfig.from_env(
-            backend=args.backend, base_url=args.base_url, model=args.model,
-            api_key_env=args.api_key_env, allow_remote_endpoint=args.allow_remote_endpoint or None,
-            timeout_s=args.timeout, retries=args.retries, thinking=args.thinking,
-            context_window=args.context_window, local_model_dir=args.local_model_dir,
-            concurrency=args.concurrency, cache=False if args.no_cache else None,
-            cache_dir=args.cache_dir, decoding=args.decoding,
-        )
+        config = judge_config(args)
         columns = {field: getattr(args, f"{field}_column") for _, field in COLUMN_FLAGS}
         jobs, bad = [], []
         for position, (where, item) in enumerate(read_pairs(args.input, columns=columns, split=args.split)):
@@ -364,22 +313,5 @@ def add_baseline_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("columns")
     for flag, default in COLUMN_FLAGS:
         g.add_argument(f"--{flag}-column", default=default, metavar="NAME")
-    j = p.add_argument_group("judge (as for `radmatch evaluate`)")
-    j.add_argument("--backend", choices=["auto", "vllm", "hosted", "transformers"])
-    j.add_argument("--base-url", help="OpenAI-compatible server(s), comma-separated")
-    j.add_argument("--model", help="served model name (default radmatch-judge)")
-    j.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
-    j.add_argument("--allow-remote-endpoint", action="store_true",
-                   help="allow sending report text to a non-local endpoint")
-    j.add_argument("--concurrency", type=int, help="pairs in flight (default 8 with a server, 1 in process)")
-    j.add_argument("--timeout", type=float, help="seconds for one server call, whole (default 300)")
-    j.add_argument("--retries", type=int, help="attempts per call on transient errors (default 3)")
-    j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
-                   help="turn a reasoning model's thinking on or off")
-    j.add_argument("--context-window", type=int, help="judge context in tokens, for the budget")
-    j.add_argument("--decoding", choices=["auto", "server", "small_model"],
-                   help="caps for a small model (default: small_model in process, server otherwise)")
-    j.add_argument("--local-model-dir", help="a transformers model folder for the in-process judge")
-    j.add_argument("--no-cache", action="store_true", help="do not read or write the answer cache")
-    j.add_argument("--cache-dir", help="answer cache folder (default ~/.cache/radmatch/judge)")
+    add_judge_arguments(p, "judge (as for `radmatch evaluate`)")
     p.set_defaults(func=cmd_baseline)

@@ -142,12 +142,39 @@ class JudgeCalls:
             )
         except JudgeError as exc:  # the context budget: retrying cannot help
             raise StageFailed(Failure(stage=stage, cause=str(exc))) from None
-        key = cache_key(  # the prompt version and the exemplar count settle the static prefix
+        return await self.call(
+            stage, messages, schema, validator, max_tokens, spend,
+            prompt_version=self.prompt_version(stage, modality),
+            exemplars=spend.exemplars[stage], sample=sample, started=started,
+        )
+
+    async def call(
+        self,
+        stage: str,
+        messages: list,
+        schema: type[BaseModel],
+        validator: type[BaseModel],
+        max_tokens: int,
+        spend: PairSpend,
+        *,
+        prompt_version: str,
+        exemplars: int = 0,
+        sample: int = 0,
+        started: Optional[float] = None,
+    ) -> BaseModel:
+        """The validated answer to ready-made `messages`: the path `ask` takes after
+        building a stage's messages, for callers with prompts of their own (the baselines).
+
+        The static prefix must be settled by `prompt_version` and `exemplars`: the cache
+        key hashes those and the last message, not the prefix itself.
+        """
+        started = time.perf_counter() if started is None else started
+        key = cache_key(
             model=self.judge.model,
             backend=self.judge.backend,
             settings=getattr(self.judge, "settings", None),  # temperature, thinking
-            prompt_version=self.prompt_version(stage, modality),
-            exemplars=spend.exemplars[stage],
+            prompt_version=prompt_version,
+            exemplars=exemplars,
             pair_message=messages[-1]["content"],
             schema=_schema_digest(schema),
             max_tokens=max_tokens,

@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import TYPE_CHECKING, Iterator, Optional, Union
 
 from radmatch.cli import EXIT_OK, EXIT_SOME_FAILED, fail, print_summary
 from radmatch.corpus import CorpusSummary
+
+if TYPE_CHECKING:
+    from radmatch.config import JudgeConfig
 
 COLUMN_FLAGS = (("reference", "reference"), ("candidate", "candidate"), ("indication", "indication"),
                 ("study-id", "study_id"), ("modality", "modality"), ("pair-id", "pair_id"))
@@ -70,20 +73,11 @@ def _is_pair(item: object) -> bool:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from radmatch.config import JudgeConfig
     from radmatch.judges.base import JudgeUnavailable
     from radmatch.pipeline import Evaluator
 
     try:
-        config = JudgeConfig.from_env(
-            backend=args.backend, base_url=args.base_url, model=args.model,
-            api_key_env=args.api_key_env, allow_remote_endpoint=args.allow_remote_endpoint or None,
-            timeout_s=args.timeout, retries=args.retries, thinking=args.thinking,
-            context_window=args.context_window, local_model_dir=args.local_model_dir,
-            concurrency=args.concurrency, cache=False if args.no_cache else None,
-            cache_dir=args.cache_dir, modality=args.modality, decoding=args.decoding,
-            samples=args.samples, temperature=args.temperature,
-        )
+        config = judge_config(args)
         rows, bad = _scan(args)
     except (ValueError, OSError) as exc:  # InputError is a ValueError
         return fail(str(exc))
@@ -174,6 +168,54 @@ def _progress(total: int, *, quiet: bool):
     return tqdm(total=total, unit="pair", file=sys.stderr, dynamic_ncols=True)
 
 
+def add_judge_arguments(parser: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    """The judge's options, shared by every command that asks a judge; see `judge_config`."""
+    j = parser.add_argument_group(title)
+    j.add_argument("--backend", choices=["auto", "vllm", "hosted", "transformers"])
+    j.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1; "
+                   "several comma-separated servers of the same model share the calls")
+    j.add_argument("--model", help="served model name (default radmatch-judge)")
+    j.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key "
+                   "(default RADMATCH_API_KEY); the key itself is never a flag")
+    j.add_argument("--allow-remote-endpoint", action="store_true",
+                   help="allow sending report text to a non-local endpoint, or through a proxy "
+                   "named by HTTP_PROXY/ALL_PROXY (ignored without this)")
+    j.add_argument("--concurrency", type=int,
+                   help="judge calls in flight (default 32 per server, 1 for the in-process judge); "
+                   "a few more pairs than that are held open so that the judge never waits")
+    j.add_argument("--timeout", type=float,
+                   help="seconds for one server call, whole (default 300; the in-process judge has none)")
+    j.add_argument("--retries", type=int, help="attempts per judge call on transient errors (default 3); "
+                   "an answer that does not fit its schema gets one more try")
+    j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
+                   help="turn a reasoning model's thinking on or off (server default if unset)")
+    j.add_argument("--context-window", type=int, help="judge context in tokens, for the budget")
+    j.add_argument("--temperature", type=float,
+                   help="sampling temperature of the judge (default 0: greedy)")
+    j.add_argument("--decoding", choices=["auto", "server", "small_model"],
+                   help="list caps and token budgets: small_model for a small served model "
+                   "(default auto: small_model in process, server otherwise)")
+    j.add_argument("--local-model-dir", help="a transformers model folder for the in-process judge")
+    j.add_argument("--no-cache", action="store_true", help="do not read or write the answer cache")
+    j.add_argument("--cache-dir", help="answer cache folder (default ~/.cache/radmatch/judge)")
+    return j
+
+
+def judge_config(args: argparse.Namespace) -> "JudgeConfig":
+    """The JudgeConfig of `add_judge_arguments`' options over the RADMATCH_* variables."""
+    from radmatch.config import JudgeConfig
+
+    return JudgeConfig.from_env(
+        backend=args.backend, base_url=args.base_url, model=args.model,
+        api_key_env=args.api_key_env, allow_remote_endpoint=args.allow_remote_endpoint or None,
+        timeout_s=args.timeout, retries=args.retries, thinking=args.thinking,
+        context_window=args.context_window, local_model_dir=args.local_model_dir,
+        concurrency=args.concurrency, cache=False if args.no_cache else None,
+        cache_dir=args.cache_dir, decoding=args.decoding, temperature=args.temperature,
+        modality=getattr(args, "modality", None), samples=getattr(args, "samples", None),
+    )
+
+
 def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
     p = sub.add_parser(
         "evaluate",
@@ -194,39 +236,12 @@ def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
     g = p.add_argument_group("columns")
     for flag, default in COLUMN_FLAGS:
         g.add_argument(f"--{flag}-column", default=default, metavar="NAME")
-    j = p.add_argument_group("judge (defaults from RADMATCH_* variables)")
+    j = add_judge_arguments(p, "judge (defaults from RADMATCH_* variables)")
     j.add_argument("--modality", help="few-shot set: chest_xray (default), chest_ct, "
                    "abdomen_pelvis_ct, head_ct, brain_mri")
-    j.add_argument("--backend", choices=["auto", "vllm", "hosted", "transformers"])
-    j.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1; "
-                   "several comma-separated servers of the same model share the calls")
-    j.add_argument("--model", help="served model name (default radmatch-judge)")
-    j.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key "
-                   "(default RADMATCH_API_KEY); the key itself is never a flag")
-    j.add_argument("--allow-remote-endpoint", action="store_true",
-                   help="allow sending report text to a non-local endpoint, or through a proxy "
-                   "named by HTTP_PROXY/ALL_PROXY (ignored without this)")
-    j.add_argument("--concurrency", type=int,
-                   help="judge calls in flight (default 32 per server, 1 for the in-process judge); "
-                   "a few more pairs than that are held open so that the judge never waits")
-    j.add_argument("--timeout", type=float,
-                   help="seconds for one server call, whole (default 300; the in-process judge has none)")
-    j.add_argument("--retries", type=int, help="attempts per judge call on transient errors (default 3); "
-                   "an answer that does not fit its schema gets one more try")
-    j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
-                   help="turn a reasoning model's thinking on or off (server default if unset)")
-    j.add_argument("--context-window", type=int, help="judge context in tokens, for the budget")
     j.add_argument("--samples", type=int, metavar="K",
                    help="run the stages K times per pair and store every sample, to see how "
                    "stable a score is (default 1; use with --temperature above 0)")
-    j.add_argument("--temperature", type=float,
-                   help="sampling temperature of the judge (default 0: greedy)")
-    j.add_argument("--decoding", choices=["auto", "server", "small_model"],
-                   help="list caps and token budgets: small_model for a small served model "
-                   "(default auto: small_model in process, server otherwise)")
-    j.add_argument("--local-model-dir", help="a transformers model folder for the in-process judge")
-    j.add_argument("--no-cache", action="store_true", help="do not read or write the answer cache")
-    j.add_argument("--cache-dir", help="answer cache folder (default ~/.cache/radmatch/judge)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_evaluate)

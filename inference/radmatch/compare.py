@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import Any, Hashable, Iterable, Optional, Sequence
 
 import numpy as np

@@ -17,12 +17,11 @@ judge fails gets a record with `error` and `failure` and no scores, never zero e
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Optional, Union
 
 from radmatch.cache import MEMO_ENTRIES, AnswerCache
 from radmatch.calls import JudgeCalls, PairSpend, RunStats, StageFailed
@@ -161,37 +160,13 @@ class Evaluator:
         return records  # type: ignore[return-value]
 
     async def _run(self, jobs: Iterator[Job], emit: OnRecord) -> None:
-        slots = asyncio.Semaphore(self.concurrency * PAIRS_PER_SLOT)
-        running: set[asyncio.Task] = set()
-        opened = itertools.count()
-        broken: list[BaseException] = []  # emit() failed (say, a full disk): stop reading pairs
+        async def one(job: Job, position: int) -> None:
+            record = await self._evaluate_pair(*job, priority=position)
+            self.stats.pairs += 1
+            self.stats.failed += record.error is not None
+            emit(record)
 
-        async def one(job: Job, priority: int) -> None:
-            try:
-                record = await self._evaluate_pair(*job, priority=priority)
-                self.stats.pairs += 1
-                self.stats.failed += record.error is not None
-                emit(record)
-            except BaseException as exc:
-                broken.append(exc)
-                raise
-            finally:
-                slots.release()
-
-        try:
-            for job in jobs:
-                await slots.acquire()  # the next pair is read only when a slot is free
-                if broken:
-                    raise broken[0]
-                task = asyncio.ensure_future(one(job, next(opened)))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            await asyncio.gather(*running)
-        except BaseException:
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-            raise
+        await stream(jobs, one, self.concurrency * PAIRS_PER_SLOT)
 
     # ------------------------------------------------------------------ one pair
 
@@ -287,6 +262,44 @@ async def _sample(record: Record, index: int, ask: Callable[..., Any], limits: L
         sample.failure = Failure(stage="internal", cause=f"internal error: {type(exc).__name__}")
         sample.error = sample.failure.message()
     return sample
+
+
+async def stream(
+    jobs: Iterable[Any], handle: Callable[[Any, int], Awaitable[None]], window: int
+) -> None:
+    """`await handle(job, position)` for every job, at most `window` at once.
+
+    The next job is read only when a running one finishes, so memory stays flat however
+    long `jobs` is. The first exception (say, a full disk when a record is written)
+    stops reading jobs, cancels the running ones and propagates.
+    """
+    slots = asyncio.Semaphore(window)
+    running: set[asyncio.Task] = set()
+    broken: list[BaseException] = []
+
+    async def one(job: Any, position: int) -> None:
+        try:
+            await handle(job, position)
+        except BaseException as exc:
+            broken.append(exc)
+            raise
+        finally:
+            slots.release()
+
+    try:
+        for position, job in enumerate(jobs):
+            await slots.acquire()
+            if broken:
+                raise broken[0]
+            task = asyncio.ensure_future(one(job, position))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        await asyncio.gather(*running)
+    except BaseException:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise
 
 
 def _shut_down(judge: Optional[Judge], loop: LoopThread, cache: AnswerCache) -> None:

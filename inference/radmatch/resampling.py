@@ -59,6 +59,11 @@ def study_bootstrap(
     if not clusters:
         return (math.nan, math.nan)
     draws = np.array([statistic(idx) for idx in resample_studies(clusters, n_resamples, seed)])
+    return percentile_interval(draws, confidence)
+
+
+def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of the non-nan draws ((nan, nan) when there is none)."""
     draws = draws[~np.isnan(draws)]
     if draws.size == 0:
         return (math.nan, math.nan)
@@ -92,9 +97,7 @@ def mean_interval(
         picks = np.stack([rng.integers(0, len(clusters), size=len(clusters))
                           for _ in range(start, stop)])
         means[start:stop] = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    return (float(low), float(high))
+    return percentile_interval(means, confidence)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Optional[list[float]]:

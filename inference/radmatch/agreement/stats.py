@@ -28,7 +28,13 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as _stats
 
-from radmatch.resampling import N_RESAMPLES, SEED, group_by_study, resample_studies
+from radmatch.resampling import (
+    N_RESAMPLES,
+    SEED,
+    group_by_study,
+    percentile_interval,
+    resample_studies,
+)
 
 
 def _constant(values: np.ndarray) -> bool:
@@ -163,16 +169,6 @@ def pearson_draws(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarra
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = (vx > 1e-12 * (1 + mx * mx)) & (vy > 1e-12 * (1 + my * my))
         return np.where(ok, np.clip(cov / np.sqrt(vx * vy), -1, 1), np.nan)
-
-
-def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
-    """The percentile interval of the non-nan draws ((nan, nan) when there is none)."""
-    draws = draws[~np.isnan(draws)]
-    if draws.size == 0:
-        return (math.nan, math.nan)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(draws, [alpha, 1 - alpha])
-    return (float(low), float(high))
 
 
 def agreement(
