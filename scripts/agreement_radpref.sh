@@ -9,7 +9,9 @@
 # e.g. `--base-url http://127.0.0.1:8000/v1 --model radmatch-judge`; without them the
 # embedded CPU judge (SmolLM2-135M) runs, which only exercises the harness.
 #
-# Environment: RADPREF_DIR (default ../shared/data/radpref beside the repository),
+# Environment: RADPREF_DIR, a RadPref folder (preference_data.json, user_{1,2,3}.json:
+# the RadPref folder of the public CRIMSON repository, MIT licence, 100 cases); default
+# tests/data/radpref, the 11-case subset shipped here (22 pairs);
 # OUT (default ${TMPDIR:-/tmp}/radmatch-agreement-radpref, created owner-only: the
 # records hold report text), RESAMPLES (bootstrap resamples, default 2000).
 # Reruns resume: evaluate keeps finished records, the baselines' answers are cached.
@@ -22,7 +24,7 @@ if ! [[ "$N" =~ ^[0-9]+$ ]] || (( N < 2 )); then
     echo "usage: $0 [N >= 2] [judge options...]" >&2
     exit 2
 fi
-RADPREF_DIR="${RADPREF_DIR:-$here/../shared/data/radpref}"
+RADPREF_DIR="${RADPREF_DIR:-$here/tests/data/radpref}"
 OUT="${OUT:-${TMPDIR:-/tmp}/radmatch-agreement-radpref}"
 RESAMPLES="${RESAMPLES:-2000}"
 radmatch="${RADMATCH:-$here/.venv/bin/radmatch}"
