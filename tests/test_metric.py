@@ -71,7 +71,7 @@ def offline_env(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_python(*blocks: str, cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+def run_python(*blocks: str, cwd: Path, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
     """Run code blocks (each dedented on its own) in a fresh interpreter."""
     proc = subprocess.run(
         [sys.executable, "-c", "\n".join(textwrap.dedent(b) for b in blocks)],
@@ -466,7 +466,7 @@ def test_bare_name_over_a_dataset_with_the_real_model_equals_the_pipeline(
     cli = subprocess.run(
         [sys.executable, "-m", "radmatch.cli", "evaluate", str(pairs_file), "-o",
          str(tmp_path / "records.jsonl"), "--cache-dir", str(shared_answer_cache), "-q"],
-        check=False, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600,
+        check=False, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=1800,
     )
     assert cli.returncode == 0, cli.stderr[-2000:]
     by_id = {r.pair_id: r.scores.actionable_errors for r in read_records(tmp_path / "records.jsonl")}
