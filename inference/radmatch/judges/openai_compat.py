@@ -41,7 +41,7 @@ from radmatch.judges.base import (
 from radmatch.judges.endpoints import check_endpoint, check_url
 
 BACKENDS = ("vllm", "hosted")
-ENCODED_ENTRIES = 256  # encoded prefixes and tails kept: stages x modalities x exemplar counts
+ENCODED_ENTRIES = 256  # encoded prefixes kept: stages x modalities x exemplar counts
 KEY_HINT = (
     "set the variable named by --api-key-env (default RADMATCH_API_KEY) to the server's key"
 )
@@ -90,7 +90,9 @@ class OpenAICompatibleJudge:
             self._fixed["chat_template_kwargs"] = {"enable_thinking": thinking}
         self.settings = {"temperature": temperature, "thinking": thinking}  # part of the cache key
         self._constraints: dict[type[BaseModel], dict[str, Any]] = {}
-        self._encoded: dict[Any, str] = {}  # request parts that repeat, as JSON text
+        # request parts that repeat, as JSON text: static prefixes, and the fields after the messages
+        self._prefixes: dict[tuple[tuple[str, str], ...], str] = {}
+        self._tails: dict[tuple[type[BaseModel], int], str] = {}
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleJudge(backend={self.backend!r}, model={self.model!r}, base_url={self.base_url!r})"
@@ -129,15 +131,15 @@ class OpenAICompatibleJudge:
         """
         *prefix, last = messages
         key = tuple((m["role"], m["content"]) for m in prefix)  # str hashes are cached
-        head = self._encoded.get(key)
+        head = self._prefixes.get(key)
         if head is None:
-            if len(self._encoded) >= ENCODED_ENTRIES:
-                self._encoded.clear()
-            head = self._encoded[key] = "".join(_dumps(m) + ", " for m in prefix)
-        tail = self._encoded.get((schema, max_tokens))
-        if tail is None:
+            if len(self._prefixes) >= ENCODED_ENTRIES:
+                self._prefixes.clear()
+            head = self._prefixes[key] = "".join(_dumps(m) + ", " for m in prefix)
+        tail = self._tails.get((schema, max_tokens))
+        if tail is None:  # one per schema and budget: a handful per run
             fields = {"max_tokens": max_tokens, **self._fixed, **self.constraint(schema)}
-            tail = self._encoded[(schema, max_tokens)] = _dumps(fields)[1:]
+            tail = self._tails[(schema, max_tokens)] = _dumps(fields)[1:]
         return f'{{"messages": [{head}{_dumps(last)}], {tail}'.encode("utf-8")
 
     def count_tokens(self, messages: list[Message]) -> int:
