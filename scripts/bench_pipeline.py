@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -247,8 +248,10 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
             config = JudgeConfig(base_url=base_url, model="stub-judge", cache=True,
                                  cache_dir=cache_dir, concurrency=args.concurrency, retries=3,
                                  timeout_s=args.timeout)
+            server_cpu = process_cpu_s(server.pid)
             cold = run_pairs(config, pairs)
             log = chat_log(base_url)
+            server_cpu = process_cpu_s(server.pid) - server_cpu if server_cpu is not None else None
             rerun = run_pairs(config, [PairInput(**vars(p)) for p in pairs])
             rerun_requests = len(chat_log(base_url)) - len(log)
     finally:
@@ -280,7 +283,22 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
         "client_cpu_ms_per_call": round(1000 * cold["cpu_s"] / max(cold["judge_calls"], 1), 3),
         "client_cpu_ms_per_pair_rerun": round(1000 * rerun["cpu_s"] / n, 3),
         "client_setup_cpu_s": round(cold["setup_cpu_s"], 3),
+        # the fake server shares the machine's cores: when client and server CPU together
+        # approach the cores there are, the run is CPU-bound, not limited by its schedule
+        "server_cpu_ms_per_call": (round(1000 * server_cpu / max(len(log), 1), 3)
+                                   if server_cpu is not None else None),
+        "cpu_cores_busy": (round((cold["cpu_s"] + server_cpu) / cold["wall_s"], 2)
+                           if server_cpu is not None else None),
     }
+
+
+def process_cpu_s(pid: int) -> Optional[float]:
+    """User plus system CPU seconds of a process (Linux /proc), or None elsewhere."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # ---------------------------------------------------------------- a real server
@@ -351,6 +369,9 @@ def show(result: dict[str, Any]) -> None:
     print(f"client CPU: {r['client_cpu_ms_per_pair']} ms a pair, {r['client_cpu_ms_per_call']} ms "
           f"a judge call cold; {r['client_cpu_ms_per_pair_rerun']} ms a pair on the rerun; "
           f"setup {r['client_setup_cpu_s']} s once")
+    if r.get("server_cpu_ms_per_call") is not None:
+        print(f"fake server CPU: {r['server_cpu_ms_per_call']} ms a call; client and server "
+              f"together kept {r['cpu_cores_busy']} cores busy (this machine has {os.cpu_count()})")
 
 
 def main() -> int:

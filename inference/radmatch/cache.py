@@ -53,6 +53,7 @@ class AnswerCache:
         self._inflight: dict[str, asyncio.Future] = {}
         self._db: Optional[sqlite3.Connection] = None
         self._broken = False
+        self._legacy: Optional[bool] = None  # does the directory hold old-layout entries?
         self._db_lock = threading.Lock()  # a connection is used by one thread at a time
 
     def _store(self) -> sqlite3.Connection:
@@ -105,6 +106,18 @@ class AnswerCache:
         assert self.directory is not None
         return self.directory / key[:2] / f"{key}.json"
 
+    def _has_legacy(self) -> bool:
+        """Whether old-layout entries exist (looked up once): a miss then costs no file lookup."""
+        if self._legacy is None:
+            assert self.directory is not None
+            try:
+                self._legacy = any(
+                    len(p.name) == 2 and p.is_dir() for p in self.directory.iterdir()
+                )
+            except OSError:
+                self._legacy = False
+        return self._legacy
+
     def get(self, key: str) -> Optional[dict[str, Any]]:
         if key in self._memo:
             self._memo.move_to_end(key)
@@ -115,8 +128,10 @@ class AnswerCache:
         try:
             if row is not None:
                 entry = json.loads(row[0])
-            else:
+            elif self._has_legacy():
                 entry = json.loads(self._legacy_path(key).read_text(encoding="utf-8"))
+            else:
+                return None
         except (OSError, ValueError):
             return None
         self._remember(key, entry)
@@ -133,7 +148,8 @@ class AnswerCache:
         self._memo.pop(key, None)
         if self.directory is not None:
             self._execute("DELETE FROM answers WHERE key = ?", (key,))
-            self._legacy_path(key).unlink(missing_ok=True)
+            if self._has_legacy():
+                self._legacy_path(key).unlink(missing_ok=True)
 
     async def shared(
         self, key: str, compute: Callable[[], Awaitable[dict[str, Any]]]

@@ -11,7 +11,9 @@ Retry-After when it asks for longer (capped at `max_wait_s`); an invalid answer 
 retried once; any other judge error fails the stage at once.
 
 At most `concurrency` calls are at the judge at once (a call waiting out its backoff
-holds no slot), and a free slot goes to the oldest pair's call (`PairSpend.priority`).
+holds no slot), and a free slot goes to the oldest pair's call (`PairSpend.priority`);
+once the run has opened its last pair, to the call with the most stages still to follow
+it (`gate.CallGate.by_chain`).
 """
 
 from __future__ import annotations
@@ -35,10 +37,13 @@ from radmatch.prompting import fit_messages
 from radmatch.prompts import prompt_version
 from radmatch.records import Failure
 from radmatch.schemas import Limits, answer_models, validation_models
+from radmatch.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
 
 INVALID_ANSWER_ATTEMPTS = 2
+# calls on a pair's longest path from each stage's call to its record, that call included
+CHAIN = {stage: len(STAGES) - i for i, stage in enumerate(STAGES)}
 
 
 class StageFailed(Exception):
@@ -227,7 +232,7 @@ class JudgeCalls:
         while True:
             attempts += 1
             try:
-                await self.gate.acquire(priority)
+                await self.gate.acquire(priority, CHAIN.get(stage, 1))
                 try:
                     result = await self.judge.generate(messages, schema, max_tokens=max_tokens)
                 finally:

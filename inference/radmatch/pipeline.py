@@ -7,16 +7,19 @@ own thread, so the same evaluator serves scripts, notebooks, training loops and 
 CLI, call after call), the judge and its HTTP client or model, and the answer
 cache. Use it as a context manager, or call `close()`.
 
-Pairs stream: at most `concurrency` judge calls are in flight, and a few more pairs
-than that are open (`PAIRS_PER_SLOT`), so that a freed call slot always finds a call
-ready; the oldest pair's call takes it. The next pair is read only when one
-finishes, so memory stays flat however many pairs a run has. A pair whose
+Pairs stream: at most `concurrency` judge calls are in flight. A pair is opened
+whenever the judge has a free slot that no call waits for (candidates of one
+reference share its calls, so a pair does not always bring a call of its own), up
+to `PAIRS_PER_SLOT` pairs per slot, so that a freed slot always finds a call ready;
+the oldest pair's call takes it, and once the last pair is open, the call with the
+most stages still to follow. Memory stays flat however many pairs a run has. A pair whose
 judge fails gets a record with `error` and `failure` and no scores, never zero errors.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import logging
 import time
 import weakref
@@ -36,9 +39,10 @@ from radmatch.vocabulary import DEFAULT_MODALITY, STAGES, check_modality
 
 log = logging.getLogger(__name__)
 
-# Open pairs per judge call slot. A pair's stages run one after another, so with one
-# pair per slot the judge idles while each pair between two calls builds its next one.
-PAIRS_PER_SLOT = 2
+# The most pairs held open per judge call slot. A pair's stages run one after another,
+# and candidates share their reference's calls, so one pair per slot leaves the judge
+# idle; pairs are opened on demand (`stream`'s `room`), this only bounds memory.
+PAIRS_PER_SLOT = 8
 
 OnRecord = Callable[[Record], None]
 # A pair to run: its id, the pair, and where it came from (an input line) or None.
@@ -166,7 +170,15 @@ class Evaluator:
             self.stats.failed += record.error is not None
             emit(record)
 
-        await stream(jobs, one, self.concurrency * PAIRS_PER_SLOT)
+        gate = self.calls.gate
+        gate.by_age()
+        try:
+            await stream(
+                jobs, one, self.concurrency * PAIRS_PER_SLOT,
+                on_input_end=gate.by_chain, room=gate.has_room, floor=self.concurrency,
+            )
+        finally:
+            gate.by_age()
 
     # ------------------------------------------------------------------ one pair
 
@@ -265,17 +277,46 @@ async def _sample(record: Record, index: int, ask: Callable[..., Any], limits: L
 
 
 async def stream(
-    jobs: Iterable[Any], handle: Callable[[Any, int], Awaitable[None]], window: int
+    jobs: Iterable[Any],
+    handle: Callable[[Any, int], Awaitable[None]],
+    window: int,
+    *,
+    on_input_end: Optional[Callable[[], None]] = None,
+    room: Optional[Callable[[], Awaitable[None]]] = None,
+    floor: int = 0,
 ) -> None:
     """`await handle(job, position)` for every job, at most `window` at once.
 
-    The next job is read only when a running one finishes, so memory stays flat however
-    long `jobs` is. The first exception (say, a full disk when a record is written)
-    stops reading jobs, cancels the running ones and propagates.
+    With `room`, a job beyond the first `floor` running is opened only once `await
+    room()` returns (the judge has a free slot no call is waiting for): jobs are opened
+    as fast as the judge can take their calls, not `window` at once. Candidates of one
+    reference share its calls, so a fixed number of open pairs can leave the judge half
+    idle; opening on demand keeps it full without holding more pairs than it needs.
+
+    Jobs are read up to `window` ahead. Once the input is exhausted, the jobs left are
+    opened without waiting for room and `on_input_end()` is called: the run's tail is
+    then known, and its chains of calls can start together rather than one by one.
+
+    Memory stays flat however long `jobs` is. The first exception (say, a full disk
+    when a record is written) stops reading jobs, cancels the running ones and
+    propagates.
     """
     slots = asyncio.Semaphore(window)
     running: set[asyncio.Task] = set()
     broken: list[BaseException] = []
+    ahead: deque[tuple[int, Any]] = deque()
+    numbered = enumerate(jobs)
+    exhausted = False
+
+    def read_ahead() -> None:
+        nonlocal exhausted
+        while not exhausted and len(ahead) < window:
+            try:
+                ahead.append(next(numbered))
+            except StopIteration:
+                exhausted = True
+                if on_input_end is not None:
+                    on_input_end()
 
     async def one(job: Any, position: int) -> None:
         try:
@@ -287,13 +328,20 @@ async def stream(
             slots.release()
 
     try:
-        for position, job in enumerate(jobs):
+        read_ahead()
+        while ahead:
             await slots.acquire()
+            if room is not None and not exhausted and len(running) >= floor:
+                await room()
             if broken:
                 raise broken[0]
+            position, job = ahead.popleft()
             task = asyncio.ensure_future(one(job, position))
             running.add(task)
             task.add_done_callback(running.discard)
+            read_ahead()
+            if room is not None and not exhausted:
+                await asyncio.sleep(0)  # the job runs up to its first judge call before the next is weighed
         await asyncio.gather(*running)
     except BaseException:
         for task in running:

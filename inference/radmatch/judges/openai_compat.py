@@ -106,6 +106,7 @@ class OpenAICompatibleJudge:
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=min(10.0, self.timeout_s)),
                 trust_env=self._allow_proxy,
                 auto_decompress=True,
+                cookie_jar=aiohttp.DummyCookieJar(),  # a judge API sets none; matching them costs per call
             )
         return self._http
 
