@@ -295,7 +295,8 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
 def process_cpu_s(pid: int) -> Optional[float]:
     """User plus system CPU seconds of a process (Linux /proc), or None elsewhere."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None

@@ -19,10 +19,10 @@ judge fails gets a record with `error` and `failure` and no scores, never zero e
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 import logging
 import time
 import weakref
+from collections import deque
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Optional, Union
 
