@@ -351,7 +351,7 @@ def test_preflight_names_the_fix(tmp_path):
 
 
 def test_streaming_bounds_the_calls_at_the_judge_and_the_pairs_held(tmp_path):
-    from radmatch.pipeline import PAIRS_PER_SLOT
+    from radmatch.pipeline import PAIRS_PER_SLOT, READ_AHEAD_PER_SLOT
 
     n = 40
     with StubServer(latency_s=0.02) as server, \
@@ -370,11 +370,11 @@ def test_streaming_bounds_the_calls_at_the_judge_and_the_pairs_held(tmp_path):
     # never more than `concurrency` calls at the server at once
     peak = max(sum(a <= t < f for a, f in spans) for t, _ in spans)
     assert peak <= 2
-    # memory stays flat: pair i is read only when at most a window of pairs is open and
-    # another window read ahead (the window: concurrency x PAIRS_PER_SLOT)
-    window = 2 * PAIRS_PER_SLOT
+    # memory stays flat: pair i is read only when at most concurrency x PAIRS_PER_SLOT
+    # pairs are open and concurrency x READ_AHEAD_PER_SLOT more are read ahead
+    window, ahead = 2 * PAIRS_PER_SLOT, 2 * READ_AHEAD_PER_SLOT
     held = [i - finished for i, finished in enumerate(pulled)]
-    assert max(held) <= 2 * window and held[n // 2] >= window  # the read-ahead is used, and bounded
+    assert max(held) <= window + ahead and held[n // 2] >= ahead  # the read-ahead is used, and bounded
     # the records come oldest first: a freed slot goes to the oldest pair's call
     order = [int(r.pair_id) for r in done]
     assert sum(a < b for a, b in zip(order, order[1:])) >= 0.8 * (n - 1)

@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 # and candidates share their reference's calls, so one pair per slot leaves the judge
 # idle; pairs are opened on demand (`stream`'s `room`), this only bounds memory.
 PAIRS_PER_SLOT = 8
+# Pairs read ahead of the open ones, per slot: when the input ends within them, the run's
+# tail is known. Two per slot covers a tail's chains of calls (1, 2 and 8 per slot gave
+# the same efficiency in scripts/bench_pipeline.py) and keeps smaller runs oldest-first.
+READ_AHEAD_PER_SLOT = 2
 
 OnRecord = Callable[[Record], None]
 # A pair to run: its id, the pair, and where it came from (an input line) or None.
@@ -175,7 +179,11 @@ class Evaluator:
         try:
             await stream(
                 jobs, one, self.concurrency * PAIRS_PER_SLOT,
-                on_input_end=gate.by_chain, room=gate.has_room, floor=self.concurrency,
+                # one slot (the in-process judge) is never idle while a call is ready, so
+                # the order cannot shorten the run; records then keep coming oldest first
+                on_input_end=gate.by_chain if self.concurrency > 1 else None,
+                room=gate.has_room, floor=self.concurrency,
+                read_ahead=self.concurrency * READ_AHEAD_PER_SLOT,
             )
         finally:
             gate.by_age()
@@ -284,6 +292,7 @@ async def stream(
     on_input_end: Optional[Callable[[], None]] = None,
     room: Optional[Callable[[], Awaitable[None]]] = None,
     floor: int = 0,
+    read_ahead: Optional[int] = None,
 ) -> None:
     """`await handle(job, position)` for every job, at most `window` at once.
 
@@ -293,7 +302,8 @@ async def stream(
     reference share its calls, so a fixed number of open pairs can leave the judge half
     idle; opening on demand keeps it full without holding more pairs than it needs.
 
-    Jobs are read up to `window` ahead. Once the input is exhausted, the jobs left are
+    Jobs are read up to `read_ahead` (default `window`) ahead. Once the input is
+    exhausted, the jobs left are
     opened without waiting for room and `on_input_end()` is called: the run's tail is
     then known, and its chains of calls can start together rather than one by one.
 
@@ -308,9 +318,9 @@ async def stream(
     numbered = enumerate(jobs)
     exhausted = False
 
-    def read_ahead() -> None:
+    def read_on() -> None:
         nonlocal exhausted
-        while not exhausted and len(ahead) < window:
+        while not exhausted and len(ahead) < (read_ahead or window):
             try:
                 ahead.append(next(numbered))
             except StopIteration:
@@ -328,7 +338,7 @@ async def stream(
             slots.release()
 
     try:
-        read_ahead()
+        read_on()
         while ahead:
             await slots.acquire()
             if room is not None and not exhausted and len(running) >= floor:
@@ -339,7 +349,7 @@ async def stream(
             task = asyncio.ensure_future(one(job, position))
             running.add(task)
             task.add_done_callback(running.discard)
-            read_ahead()
+            read_on()
             if room is not None and not exhausted:
                 await asyncio.sleep(0)  # the job runs up to its first judge call before the next is weighed
         await asyncio.gather(*running)
