@@ -122,3 +122,24 @@ def test_stream_does_not_switch_when_a_job_fails():
         return called
 
     assert asyncio.run(scenario()) == []
+
+
+def test_has_room_waits_for_a_free_slot_and_ignores_cancelled_waiters():
+    async def scenario() -> list[str]:
+        gate, events = CallGate(1), []
+        await gate.acquire()
+        waiter = asyncio.ensure_future(gate.acquire(5))
+        room = asyncio.ensure_future(gate.has_room())
+        await asyncio.sleep(0)
+        assert not room.done()  # the slot is held and a call waits for it
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        await asyncio.sleep(0)
+        assert not room.done()  # the slot is still held
+        gate.release()  # the cancelled waiter is skipped: the slot is free
+        await asyncio.wait_for(room, 5)
+        events.append(f"room, {gate.in_use} in use, {gate.waiting} waiting")
+        await asyncio.wait_for(gate.has_room(), 5)  # free and nobody waiting: at once
+        return events
+
+    assert asyncio.run(scenario()) == ["room, 0 in use, 0 waiting"]

@@ -50,11 +50,12 @@ class CallGate:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        """Calls waiting for a slot (a cancelled waiter stays in the heap until popped)."""
+        return sum(not entry[2].done() for entry in self._waiters)
 
     async def has_room(self) -> None:
         """Return once a slot is free and no call waits for one: the judge could take more."""
-        while self._free == 0 or self._waiters:
+        while self._free == 0 or self.waiting:
             room = asyncio.get_running_loop().create_future()
             self._room.append(room)
             await room
