@@ -12,8 +12,8 @@ retried once; any other judge error fails the stage at once.
 
 At most `concurrency` calls are at the judge at once (a call waiting out its backoff
 holds no slot), and a free slot goes to the oldest pair's call (`PairSpend.priority`);
-once the run has opened its last pair, to the call with the most stages still to follow
-it (`gate.CallGate.by_chain`).
+once the run has read its input to the end, to the call with the most stages still to
+follow it (`gate.CallGate.by_chain`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The run loop keeps more pairs open than the judge has call slots, so that the ju
 always has a call ready; this gate then hands each free slot to the oldest pair's
 waiting call. Older pairs finish first, and the number of half-done pairs stays small.
 
-Once the run has opened its last pair (`by_chain`), nothing new will arrive to fill the
-slots, and the run ends when its longest chain of calls does. From then on a free slot
+Once the run has read its input to the end (`by_chain`), nothing new will arrive to fill
+the slots, and the run ends when its longest chain of calls does. From then on a free slot
 goes to the call with the most calls still to follow it in its pair (`chain`), oldest
 first among equals: the newest pairs' first calls start at once instead of after every
 older pair's last one, and the tail of the run is as short as the calls allow.

@@ -11,9 +11,9 @@ Pairs stream: at most `concurrency` judge calls are in flight. A pair is opened
 whenever the judge has a free slot that no call waits for (candidates of one
 reference share its calls, so a pair does not always bring a call of its own), up
 to `PAIRS_PER_SLOT` pairs per slot, so that a freed slot always finds a call ready;
-the oldest pair's call takes it, and once the last pair is open, the call with the
-most stages still to follow. Memory stays flat however many pairs a run has. A pair whose
-judge fails gets a record with `error` and `failure` and no scores, never zero errors.
+the oldest pair's call takes it, and once the input is read to its end, the call with
+the most stages still to follow. Memory stays flat however many pairs a run has. A pair
+whose judge fails gets a record with `error` and `failure` and no scores, never zero errors.
 """
 
 from __future__ import annotations
@@ -174,8 +174,7 @@ class Evaluator:
             self.stats.failed += record.error is not None
             emit(record)
 
-        gate = self.calls.gate
-        gate.by_age()
+        gate = self.calls.gate  # oldest first until the input ends; restored after every run
         try:
             await stream(
                 jobs, one, self.concurrency * PAIRS_PER_SLOT,
@@ -303,9 +302,9 @@ async def stream(
     idle; opening on demand keeps it full without holding more pairs than it needs.
 
     Jobs are read up to `read_ahead` (default `window`) ahead. Once the input is
-    exhausted, the jobs left are
-    opened without waiting for room and `on_input_end()` is called: the run's tail is
-    then known, and its chains of calls can start together rather than one by one.
+    exhausted, `on_input_end()` is called and the jobs left are opened without waiting
+    for room: the run's tail is then known, and its chains of calls can start together
+    rather than one by one.
 
     Memory stays flat however long `jobs` is. The first exception (say, a full disk
     when a record is written) stops reading jobs, cancels the running ones and
