@@ -22,7 +22,9 @@ through `Evaluator.run`. Reported:
   its chat template when it is installed, else as characters / 4.
 * client CPU ms per pair and per judge call, in steady state: the once-per-run setup
   (importing Outlines, each stage's request field) is done before the clock and
-  reported apart.
+  reported apart. The client runs as `radmatch evaluate` does: the objects alive after
+  its setup are left out of the garbage collector's later passes
+  (`radmatch.pipeline.freeze_setup_heap`).
 
 Real server (--base-url): pairs/s at 1, 8, 32 and 64 judge calls in flight (a distinct
 workload each, answer cache off), and the prefix-cache hit rate from the server's
@@ -37,6 +39,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,7 @@ import urllib.request
 from typing import Any, Callable, Optional
 
 from radmatch import Evaluator, JudgeConfig, PairInput
+from radmatch.pipeline import freeze_setup_heap
 from radmatch.testing.makespan import ideal_makespan
 from radmatch.testing.reports import INDICATIONS, SENTENCES
 
@@ -90,17 +94,36 @@ def prepare(evaluator: Evaluator) -> None:
             constraint(grammar.for_stage("grade", rows))
 
 
+def time_round_trips(judge: Any) -> list[float]:
+    """Seconds each HTTP call of `judge` took as the client saw it (filled as calls end)."""
+    took: list[float] = []
+    post = judge._post
+
+    async def timed(path: str, payload: bytes) -> bytes:
+        started = time.perf_counter()
+        try:
+            return await post(path, payload)
+        finally:
+            took.append(time.perf_counter() - started)
+
+    judge._post = timed
+    return took
+
+
 def run_pairs(config: JudgeConfig, pairs: list[PairInput]) -> dict[str, Any]:
     """One run on a fresh evaluator: records, stats, wall and client CPU seconds."""
     records: list[Any] = []
     with Evaluator.from_config(config) as evaluator:  # the judge is built before the clock
+        round_trips = time_round_trips(evaluator.judge) if hasattr(evaluator.judge, "_post") else []
         started = time.process_time()
         prepare(evaluator)
         setup_cpu = time.process_time() - started
+        freeze_setup_heap()  # as `radmatch evaluate` does once its judge is up
         cpu, wall = time.process_time(), time.perf_counter()
         stats = evaluator.run(pairs, on_record=records.append)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {"records": records, "wall_s": wall, "cpu_s": cpu, "setup_cpu_s": setup_cpu,
+            "round_trips_s": round_trips,
             "pairs": stats.pairs,
             "failed": stats.failed, "judge_calls": stats.judge_calls,
             "cached_calls": stats.cached_calls}
@@ -289,7 +312,17 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
                                    if server_cpu is not None else None),
         "cpu_cores_busy": (round((cold["cpu_s"] + server_cpu) / cold["wall_s"], 2)
                            if server_cpu is not None else None),
+        # a call's round trip as the client timed it, less the server's time on it (arrival
+        # to answer sent): the network, both ends' sockets and the client's event loop
+        "transport_ms_per_call": _transport_ms(cold["round_trips_s"], answered),
     }
+
+
+def _transport_ms(round_trips: list[float], answered: list[dict[str, Any]]) -> Optional[float]:
+    served = [r["finished"] - r["arrived"] for r in answered if r.get("finished")]
+    if not round_trips or not served:
+        return None
+    return round(1000 * (statistics.median(round_trips) - statistics.median(served)), 2)
 
 
 def process_cpu_s(pid: int) -> Optional[float]:
@@ -370,6 +403,9 @@ def show(result: dict[str, Any]) -> None:
     print(f"client CPU: {r['client_cpu_ms_per_pair']} ms a pair, {r['client_cpu_ms_per_call']} ms "
           f"a judge call cold; {r['client_cpu_ms_per_pair_rerun']} ms a pair on the rerun; "
           f"setup {r['client_setup_cpu_s']} s once")
+    if r.get("transport_ms_per_call") is not None:
+        print(f"transport: {r['transport_ms_per_call']} ms a call (median round trip at the "
+              f"client less median time at the server)")
     if r.get("server_cpu_ms_per_call") is not None:
         print(f"fake server CPU: {r['server_cpu_ms_per_call']} ms a call; client and server "
               f"together kept {r['cpu_cores_busy']} cores busy (this machine has {os.cpu_count()})")

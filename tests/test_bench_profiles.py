@@ -1,6 +1,7 @@
-"""The synthetic workloads are what their docstring says, and the scoring benchmark
-reports what its docstring promises (run as a program: tests import no script)."""
+"""The synthetic workloads are what their docstring says, and the scoring and pipeline
+benchmarks report what their docstrings promise (run as programs: tests import no script)."""
 
+import json
 import random
 import re
 import subprocess
@@ -69,3 +70,26 @@ def test_benchmark_reports_the_median_run_beside_a_json_round_trip():
     assert phases == ["parse", "score", "serialise", "summary"]
     assert re.search(r"^goal \(realistic profile, median run\) 2,000 pairs/s: (met|NOT met)$",
                      out, flags=re.MULTILINE), out
+
+
+PIPELINE_BENCH = BENCH.with_name("bench_pipeline.py")
+
+
+def test_pipeline_benchmark_shares_calls_and_reruns_from_the_cache():
+    """Two references x 4 candidates against the fake server: each reference's indication
+    and extraction are asked once for its 4 candidates (3.5 calls a pair, not 5), a rerun
+    over the same answer cache asks nothing, and the timing figures are filled in."""
+    proc = subprocess.run(
+        [sys.executable, str(PIPELINE_BENCH), "--references", "2", "--candidates", "4",
+         "--latency", "0.05", "--concurrency", "8", "--capacity", "8", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["pairs"], result["failed"]) == (8, 0)
+    assert result["judge_calls_per_pair_cold"] == 3.5
+    assert result["server_requests_cold"] == 28 and result["graph_problems"] == []
+    assert (result["judge_calls_rerun"], result["server_requests_rerun"]) == (0, 0)
+    assert 0 < result["efficiency"] <= 1.0
+    assert result["transport_ms_per_call"] is not None
+    assert result["prompt_tokens_per_pair"]["static_prefix"] > result["prompt_tokens_per_pair"]["pair"] > 0

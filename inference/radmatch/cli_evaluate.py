@@ -74,7 +74,7 @@ def _is_pair(item: object) -> bool:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from radmatch.judges.base import JudgeUnavailable
-    from radmatch.pipeline import Evaluator
+    from radmatch.pipeline import Evaluator, freeze_setup_heap
 
     try:
         config = judge_config(args)
@@ -105,6 +105,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             evaluator.check()
         except JudgeUnavailable as exc:
             return fail(str(exc))
+        freeze_setup_heap()  # this process is ours: no full GC pass re-scans the setup
         summary = _write_records(args, evaluator, rows)
     print_summary(summary, as_json=args.json)
     failed = summary.to_dict()["n_failed"]
