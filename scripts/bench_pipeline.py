@@ -27,9 +27,11 @@ through `Evaluator.run`. Reported:
   (`radmatch.pipeline.freeze_setup_heap`).
 
 Real server (--base-url): pairs/s at 1, 8, 32 and 64 judge calls in flight (a distinct
-workload each, answer cache off), and the prefix-cache hit rate from the server's
-/metrics counters (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total,
-or the older vllm:gpu_prefix_cache_* names) read before and after each level.
+workload each, answer cache off), prompt and completion tokens per pair, and the
+prefix-cache hit rate from the server's /metrics counters
+(vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total, or the older
+vllm:gpu_prefix_cache_* names) read before and after each level. The cost of thinking
+is one level run with `--thinking on` and again with `--thinking off`.
 """
 
 from __future__ import annotations
@@ -338,6 +340,9 @@ def process_cpu_s(pid: int) -> Optional[float]:
 # ---------------------------------------------------------------- a real server
 
 
+THINKING = {"on": True, "off": False, "server": None}
+
+
 def prefix_counters(base_url: str) -> tuple[float, float]:
     """(queries, hits) summed over the prefix-cache counters of the server's /metrics."""
     totals = {"queries": 0.0, "hits": 0.0}
@@ -359,7 +364,8 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
         config = JudgeConfig(base_url=args.base_url, model=args.model, concurrency=in_flight,
                              cache=False, retries=3, timeout_s=args.timeout,
                              allow_remote_endpoint=args.allow_remote, decoding=args.decoding,
-                             context_window=args.context_window)
+                             context_window=args.context_window,
+                             thinking=THINKING[getattr(args, "thinking", "server")])
         queries, hits = prefix_counters(args.base_url)
         run = run_pairs(config, pairs)
         queries, hits = (a - b for a, b in zip(prefix_counters(args.base_url), (queries, hits)))
@@ -369,21 +375,27 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
             "judge_calls_per_pair": round(run["judge_calls"] / len(pairs), 3),
             "prefix_cache_hit_rate": round(hits / queries, 3) if queries else None,
             "client_cpu_ms_per_pair": round(1000 * run["cpu_s"] / len(pairs), 2),
+            # what thinking costs shows here: run a level with --thinking on, then off
+            "prompt_tokens_per_pair": round(sum(r.usage.prompt_tokens for r in run["records"]) / len(pairs), 1),
+            "completion_tokens_per_pair": round(
+                sum(r.usage.completion_tokens for r in run["records"]) / len(pairs), 1),
         })
     queries, hits = (a - b for a, b in zip(prefix_counters(args.base_url), before_all))
     return {"mode": "server", "base_url": args.base_url, "model": args.model, "levels": levels,
+            "thinking": getattr(args, "thinking", "server"),
             "references": first - getattr(args, "first_reference", 0),
             "prefix_cache_hit_rate": round(hits / queries, 3) if queries else None}
 
 
 def show(result: dict[str, Any]) -> None:
     if result["mode"] == "server":
-        print(f"server {result['base_url']} model {result['model']}")
+        print(f"server {result['base_url']} model {result['model']} thinking {result['thinking']}")
         for level in result["levels"]:
             print(f"  {level['in_flight']:>3} calls in flight: {level['pairs_per_s']:8.3f} pairs/s "
                   f"({level['pairs']} pairs, {level['failed']} failed, "
-                  f"{level['judge_calls_per_pair']} calls/pair, prefix-cache hit rate "
-                  f"{level['prefix_cache_hit_rate']})")
+                  f"{level['judge_calls_per_pair']} calls/pair, "
+                  f"{level['completion_tokens_per_pair']} completion tokens/pair, "
+                  f"prefix-cache hit rate {level['prefix_cache_hit_rate']})")
         print(f"prefix-cache hit rate over the run: {result['prefix_cache_hit_rate']}")
         return
     r, tokens = result, result["prompt_tokens_per_pair"]
@@ -417,19 +429,22 @@ def main() -> int:
     parser.add_argument("--candidates", type=int, default=4)
     parser.add_argument("--latency", type=float, default=0.2, help="simulated seconds a call")
     parser.add_argument("--capacity", type=int, default=64, help="simulated calls served at once")
-    parser.add_argument("--concurrency", type=int, default=64, help="pairs in flight (simulated)")
+    parser.add_argument("--concurrency", type=int, default=64, help="judge calls in flight (simulated)")
     parser.add_argument("--fault-rate", type=float, default=0.0, help="simulated transient faults")
     parser.add_argument("--always-fail-rate", type=float, default=0.0)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a judge call")
     parser.add_argument("--base-url", help="benchmark this OpenAI-compatible server instead")
     parser.add_argument("--model", default="radmatch-judge", help="the served model (--base-url)")
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")],
-                        default=[1, 8, 32, 64], help="pairs in flight (--base-url)")
+                        default=[1, 8, 32, 64], help="judge calls in flight, one level each (--base-url)")
     parser.add_argument("--min-pairs", type=int, default=8, help="pairs per level (at least 2x it)")
     parser.add_argument("--allow-remote", action="store_true", help="a server not on this machine")
     parser.add_argument("--decoding", choices=["auto", "server", "small_model"], default="auto",
                         help="small_model for a small served model such as SmolLM2 on vLLM CPU")
     parser.add_argument("--context-window", type=int, help="the served model's context (--base-url)")
+    parser.add_argument("--thinking", choices=sorted(THINKING), default="server",
+                        help="a reasoning judge's thinking (--base-url): on, off, or the "
+                             "server's default; compare completion tokens per pair")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     result = real_server(args) if args.base_url else simulated(args)

@@ -6,6 +6,7 @@ import random
 import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,37 @@ def test_pipeline_benchmark_shares_calls_and_reruns_from_the_cache():
     assert 0 < result["efficiency"] <= 1.0
     assert result["transport_ms_per_call"] is not None
     assert result["prompt_tokens_per_pair"]["static_prefix"] > result["prompt_tokens_per_pair"]["pair"] > 0
+
+
+def test_pipeline_benchmark_measures_a_server_level_by_level_with_thinking_off():
+    """The real-server mode against the fake server (which serves vLLM's /metrics
+    counters): a fresh workload per level, tokens per pair for the cost of thinking,
+    the prefix-cache hit rate, and --thinking off reaching the server in every call."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "radmatch.testing.fake_server", "--port", "0", "--latency", "0.02"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        base_url = server.stdout.readline().strip()
+        proc = subprocess.run(
+            [sys.executable, str(PIPELINE_BENCH), "--base-url", base_url, "--model", "stub-judge",
+             "--levels", "1,2", "--min-pairs", "4", "--thinking", "off", "--json"],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        root = base_url.rsplit("/v1", 1)[0]
+        with urllib.request.urlopen(root + "/fake/requests", timeout=30) as response:
+            requests = [r for r in json.loads(response.read()) if r["path"].endswith("/chat/completions")]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    result = json.loads(proc.stdout)
+    assert result["thinking"] == "off"
+    assert [level["in_flight"] for level in result["levels"]] == [1, 2]
+    for level in result["levels"]:
+        assert (level["pairs"], level["failed"]) == (4, 0)
+        assert level["judge_calls_per_pair"] == 3.5  # one reference, 4 candidates, per level
+        assert level["completion_tokens_per_pair"] > 0 and level["prompt_tokens_per_pair"] > 0
+        assert 0 < level["prefix_cache_hit_rate"] <= 1
+    assert result["references"] == 2 and len(requests) == 28  # no level reused the other's pairs
+    assert all(r["body"]["chat_template_kwargs"] == {"enable_thinking": False} for r in requests)
