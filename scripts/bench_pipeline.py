@@ -355,6 +355,7 @@ def prefix_counters(base_url: str) -> tuple[float, float]:
 
 def real_server(args: argparse.Namespace) -> dict[str, Any]:
     levels, first = [], getattr(args, "first_reference", 0)
+    thinking = getattr(args, "thinking", "server")  # bench_vllm_cpu.py passes no --thinking
     before_all = prefix_counters(args.base_url)
     for in_flight in args.levels:
         n_pairs = max(args.min_pairs, 2 * in_flight)
@@ -365,7 +366,7 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
                              cache=False, retries=3, timeout_s=args.timeout,
                              allow_remote_endpoint=args.allow_remote, decoding=args.decoding,
                              context_window=args.context_window,
-                             thinking=THINKING[getattr(args, "thinking", "server")])
+                             thinking=THINKING[thinking])
         queries, hits = prefix_counters(args.base_url)
         run = run_pairs(config, pairs)
         queries, hits = (a - b for a, b in zip(prefix_counters(args.base_url), (queries, hits)))
@@ -382,7 +383,7 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
         })
     queries, hits = (a - b for a, b in zip(prefix_counters(args.base_url), before_all))
     return {"mode": "server", "base_url": args.base_url, "model": args.model, "levels": levels,
-            "thinking": getattr(args, "thinking", "server"),
+            "thinking": thinking,
             "references": first - getattr(args, "first_reference", 0),
             "prefix_cache_hit_rate": round(hits / queries, 3) if queries else None}
 

@@ -6,12 +6,12 @@ import random
 import re
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from radmatch.recompute import score_record
+from radmatch.testing.fake_server import StubServer
 from radmatch.testing.synthetic import realistic_record, stress_record
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench_scoring.py"
@@ -100,24 +100,15 @@ def test_pipeline_benchmark_measures_a_server_level_by_level_with_thinking_off()
     """The real-server mode against the fake server (which serves vLLM's /metrics
     counters): a fresh workload per level, tokens per pair for the cost of thinking,
     the prefix-cache hit rate, and --thinking off reaching the server in every call."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "radmatch.testing.fake_server", "--port", "0", "--latency", "0.02"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        base_url = server.stdout.readline().strip()
+    with StubServer(latency_s=0.02) as server:
         proc = subprocess.run(
-            [sys.executable, str(PIPELINE_BENCH), "--base-url", base_url, "--model", "stub-judge",
-             "--levels", "1,2", "--min-pairs", "4", "--thinking", "off", "--json"],
+            [sys.executable, str(PIPELINE_BENCH), "--base-url", server.base_url,
+             "--model", server.model, "--levels", "1,2", "--min-pairs", "4",
+             "--thinking", "off", "--json"],
             capture_output=True, text=True, timeout=300,
         )
-        assert proc.returncode == 0, proc.stderr
-        root = base_url.rsplit("/v1", 1)[0]
-        with urllib.request.urlopen(root + "/fake/requests", timeout=30) as response:
-            requests = [r for r in json.loads(response.read()) if r["path"].endswith("/chat/completions")]
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+        bodies = server.chat_requests()
+    assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["thinking"] == "off"
     assert [level["in_flight"] for level in result["levels"]] == [1, 2]
@@ -126,5 +117,5 @@ def test_pipeline_benchmark_measures_a_server_level_by_level_with_thinking_off()
         assert level["judge_calls_per_pair"] == 3.5  # one reference, 4 candidates, per level
         assert level["completion_tokens_per_pair"] > 0 and level["prompt_tokens_per_pair"] > 0
         assert 0 < level["prefix_cache_hit_rate"] <= 1
-    assert result["references"] == 2 and len(requests) == 28  # no level reused the other's pairs
-    assert all(r["body"]["chat_template_kwargs"] == {"enable_thinking": False} for r in requests)
+    assert result["references"] == 2 and len(bodies) == 28  # no level reused the other's pairs
+    assert all(body["chat_template_kwargs"] == {"enable_thinking": False} for body in bodies)

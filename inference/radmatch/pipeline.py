@@ -404,4 +404,3 @@ def freeze_setup_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-
