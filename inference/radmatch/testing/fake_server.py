@@ -119,9 +119,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
+    _entry: Optional[dict[str, Any]] = None  # this request's log entry (POST only)
+
     def _send(self, status: int, payload: Any, *, headers: Optional[dict[str, str]] = None,
               content_type: str = "application/json", cut: bool = False) -> None:
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        if self._entry is not None:  # the log is complete before the client can read the reply
+            self.server.fake._update(self._entry, status=status, finished=time.time())
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -159,15 +163,15 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except ValueError:
             body = None
-        entry = self._log(body, arrived)
-        info: dict[str, Any] = {}
+        self._entry = entry = self._log(body, arrived)
         try:
-            info["status"] = self._chat(fake, entry, info, body)
+            self._chat(fake, entry, body)
         finally:
-            fake._update(entry, finished=time.time(), **info)
+            self._entry = None  # a keep-alive connection reuses this handler
+            if "finished" not in entry:  # a reset or a crash: nothing was sent
+                fake._update(entry, finished=time.time())
 
-    def _chat(self, fake: "StubServer", entry: dict[str, Any], info: dict[str, Any],
-              body: Any) -> Optional[int]:
+    def _chat(self, fake: "StubServer", entry: dict[str, Any], body: Any) -> Optional[int]:
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": "not found"}})
             return 404
@@ -197,14 +201,15 @@ class _Handler(BaseHTTPRequestHandler):
             fake._closing.wait(float(arg) if arg else fake.hang_s)
         try:
             schema = schema_of(body)
-            info["stage"] = title = schema.get("title", "")
+            title = schema.get("title", "")
+            fake._update(entry, stage=title)
             user = json.loads(body["messages"][-1]["content"])
         except (KeyError, TypeError, ValueError) as exc:
             message = f"the toy judge cannot read this request: {exc}"
             self._send(400, {"error": {"message": message}})
             return 400
         with fake.gate.slot() as waited:
-            info["waited_s"] = round(waited, 6)
+            fake._update(entry, waited_s=round(waited, 6))
             time.sleep(fake.gate.delay(title))
             answer = toy_answer(title, user, schema)
         if kind == "short" and "errors_per_match" in answer:
