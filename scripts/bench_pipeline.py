@@ -8,12 +8,13 @@ Simulated (default): the fake judge server (radmatch.testing.fake_server) runs i
 subprocess, so that time.process_time() here is the client's CPU alone. Every call
 takes `--latency` seconds and at most `--capacity` calls are served at once, like a
 GPU batch. The workload is R references x K candidates (synthetic chest X-ray
-sentences; each reference has an indication line, each candidate is distinct), run
+sentences; each reference has an indication line, read by code, each candidate is
+distinct), run
 through `Evaluator.run`. Reported:
 
 * pairs/s, and efficiency = ideal makespan / wall time. The ideal makespan schedules
-  the calls the run actually made (per pair: indication -> extract reference and
-  extract candidate -> match -> grade; a call shared by several pairs counted once) on
+  the calls the run actually made (per pair: extract reference and extract candidate
+  -> match -> grade; a call shared by several pairs counted once) on
   `capacity` slots with the simulated latency, without client overhead
   (radmatch.testing.makespan.ideal_makespan).
 * judge calls per pair, cold and on a rerun over the same answer cache (goal: 0).
@@ -54,8 +55,7 @@ from radmatch.pipeline import freeze_setup_heap
 from radmatch.testing.makespan import ideal_makespan
 from radmatch.testing.reports import INDICATIONS, SENTENCES
 
-TITLES = {"indication": "IndicationAnswer", "extract": "ExtractionAnswer",
-          "match": "MatchingAnswer", "grade": "GradingAnswer"}
+TITLES = {"extract": "ExtractionAnswer", "match": "MatchingAnswer", "grade": "GradingAnswer"}
 PREFIX_METRICS = ("vllm:prefix_cache", "vllm:gpu_prefix_cache")
 
 
@@ -90,7 +90,7 @@ def prepare(evaluator: Evaluator) -> None:
     constraint = getattr(evaluator.judge, "constraint", None)
     if constraint is not None:
         grammar = evaluator.calls.grammar
-        for stage in ("indication", "extract", "match"):
+        for stage in ("extract", "match"):
             constraint(grammar.for_stage(stage, None))
         for rows in range(1, 9):
             constraint(grammar.for_stage("grade", rows))
@@ -164,8 +164,6 @@ def request_signature(title: str, body: dict[str, Any]) -> Optional[tuple]:
     """What identifies a judge call, read off the request the server received."""
     try:
         user = json.loads(body["messages"][-1]["content"])
-        if title == TITLES["indication"]:
-            return ("indication", user["report"])
         if title == TITLES["extract"]:
             return ("extract", user["report"], user.get("indication"))
         if title == TITLES["match"]:
@@ -183,7 +181,7 @@ def record_signatures(record: Any) -> list[tuple]:
     """The calls a pair needs, in stage order, identified as `request_signature` does."""
     stages, ref, cand = record.stages, record.reference, record.candidate
     ind = stages.indication
-    calls: list[tuple] = [("indication", ref), ("extract", ref, ind), ("extract", cand, ind)]
+    calls: list[tuple] = [("extract", ref, ind), ("extract", cand, ind)]
     gt, pred = stages.reference_findings or [], stages.candidate_findings or []
     calls.append(("match", ind, tuple(map(_id, gt)), tuple(map(_id, pred))))
     if stages.grading is not None and stages.grading.pairs:
@@ -201,22 +199,19 @@ def call_graph(records: list[Any], answered: list[dict[str, Any]],
     """The calls the run made, as {call: (seconds, calls it needs)}, and any mismatch.
 
     A call is known by its input (`request_signature`), so one call answering several
-    pairs (the reference's indication and extraction, a repeated grading) counts once;
+    pairs (the reference's extraction, a repeated grading) counts once;
     it waits for the calls of the first pair, in input order, that needed it. Only calls
     the server answered are in the graph; the stages a pair skipped are left out.
     """
     made = {request_signature(r["stage"], r["body"]) for r in answered}
     calls: Graph = {}
     for record in records:
-        ind, *rest = record_signatures(record)
-        needs = [ind] if ind in made else []
-        if needs:
-            calls.setdefault(ind, (latency(TITLES["indication"]), []))
-        extracts = [c for c in rest[:2] if c in made]
+        signatures = record_signatures(record)
+        extracts = [c for c in signatures[:2] if c in made]
         for call in extracts:
-            calls.setdefault(call, (latency(TITLES["extract"]), needs))
-        needs = extracts or needs
-        for call in rest[2:]:  # match, then grade
+            calls.setdefault(call, (latency(TITLES["extract"]), []))
+        needs = extracts
+        for call in signatures[2:]:  # match, then grade
             if call in made:
                 calls.setdefault(call, (latency(TITLES[call[0]]), needs))
                 needs = [call]

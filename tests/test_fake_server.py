@@ -13,11 +13,12 @@ import pytest
 from radmatch.testing.fake_server import StubServer, messages_digest
 from radmatch.testing.makespan import ideal_makespan
 
-SCHEMA = {"title": "IndicationAnswer", "type": "object", "additionalProperties": False,
-          "properties": {"indication": {"type": "string"}}, "required": ["indication"]}
+SCHEMA = {"title": "ExtractionAnswer", "type": "object", "additionalProperties": False,
+          "properties": {"findings": {"type": "array", "maxItems": 8, "items": {"type": "object"}}},
+          "required": ["findings"]}
 
 
-def body(report="INDICATION: Cough.\nFINDINGS: Clear lungs.", system="You are a judge."):
+def body(report="FINDINGS: Cough.\nClear lungs.", system="You are a judge."):
     return {"model": "stub-judge", "structured_outputs": {"json": SCHEMA},
             "messages": [{"role": "system", "content": system},
                          {"role": "user", "content": json.dumps({"report": report})}]}
@@ -44,7 +45,7 @@ def test_keep_alive_serves_two_requests_over_one_connection():
         status, _, data = post(server, body(), conn)
         sock = conn.sock
         assert status == 200 and sock is not None  # not closed after the first answer
-        assert content(data) == {"indication": "Cough."}
+        assert [f["text"] for f in content(data)["findings"]] == ["Cough.", "Clear lungs."]
         conn.request("GET", "/v1/models")
         models = json.loads(conn.getresponse().read())
         assert conn.sock is sock and models["data"][0]["id"] == "stub-judge"
@@ -101,7 +102,7 @@ def test_reset_closes_without_a_response():
 
 
 def test_always_fail_is_decided_by_content_and_holds_on_every_attempt():
-    bodies = [body(f"INDICATION: Case {i}.") for i in range(40)]
+    bodies = [body(f"FINDINGS: Case {i}.") for i in range(40)]
     with StubServer(always_fail_rate=0.3) as server:
         statuses = [[post(server, b)[0] for _ in range(3)] for b in bodies]
     assert all(len(set(s)) == 1 for s in statuses)  # every attempt alike
@@ -111,7 +112,7 @@ def test_always_fail_is_decided_by_content_and_holds_on_every_attempt():
 
 
 def test_random_faults_follow_the_seed_not_the_order():
-    bodies = [body(f"INDICATION: Case {i}.") for i in range(30)]
+    bodies = [body(f"FINDINGS: Case {i}.") for i in range(30)]
     runs = []
     for ordered in (bodies, bodies[::-1]):
         with StubServer(fault_rate=0.5, seed=7, fault_kinds=("500", "503")) as server:
@@ -123,8 +124,8 @@ def test_random_faults_follow_the_seed_not_the_order():
 
 def test_capacity_queues_requests_beyond_it():
     latency, capacity = 0.3, 3
-    with StubServer(latency_s={"IndicationAnswer": latency}, capacity=capacity) as server:
-        threads = [threading.Thread(target=post, args=(server, body(f"INDICATION: {i}.")))
+    with StubServer(latency_s={"ExtractionAnswer": latency}, capacity=capacity) as server:
+        threads = [threading.Thread(target=post, args=(server, body(f"FINDINGS: Case {i}.")))
                    for i in range(capacity + 1)]
         started = time.perf_counter()
         for thread in threads:
@@ -138,10 +139,10 @@ def test_capacity_queues_requests_beyond_it():
 
 
 def test_ideal_makespan_schedules_chains_on_the_slots():
-    # two pairs sharing one reference: indication -> extract x2 -> match -> grade
+    # two pairs sharing one reference whose extraction waits for a first call
     calls = {
-        "ind": (1.0, []), "ext-ref": (1.0, ["ind"]),
-        "ext-a": (1.0, ["ind"]), "ext-b": (1.0, ["ind"]),
+        "first": (1.0, []), "ext-ref": (1.0, ["first"]),
+        "ext-a": (1.0, ["first"]), "ext-b": (1.0, ["first"]),
         "match-a": (1.0, ["ext-ref", "ext-a"]), "match-b": (1.0, ["ext-ref", "ext-b"]),
         "grade-a": (1.0, ["match-a"]), "grade-b": (1.0, ["match-b"]),
     }

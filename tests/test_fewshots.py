@@ -25,7 +25,7 @@ GradingAnswer = ANSWER_MODELS["grade"]
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = [(m, s) for m in P.MODALITIES for s in P.STAGES]
-WORD_LIMITS = {"indication": 1200, "extract": 2400, "match": 1200, "grade": 1200}
+WORD_LIMITS = {"extract": 2400, "match": 1200, "grade": 1200}
 MAX_EXEMPLAR_CHARS = 3200  # about 700 SmolLM2 tokens of JSON
 
 
@@ -40,10 +40,6 @@ def _doc(modality: str, stage: str) -> dict:
 
 def _all(stage: str) -> list[dict]:
     return [ex for m in P.MODALITIES for ex in P.load_exemplars(m, stage)]
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
 
 
 # --------------------------------------------------------------------------- files
@@ -113,24 +109,9 @@ def test_instructions_name_every_schema_field():
     grade = P.load_instructions("grade")
     for field in ("errors_per_match", "dimension", "severity", "reasoning"):
         assert f'"{field}"' in grade, field
-    assert '{"indication":' in P.load_instructions("indication")
 
 
 # --------------------------------------------------------------------------- per stage
-
-
-def test_indication_outputs_are_verbatim():
-    for ex in _all("indication"):
-        got = ex["output"]["indication"]
-        assert got == got.strip()
-        if got:
-            assert _norm(got) in _norm(ex["input"]["report"])
-    assert any(ex["output"]["indication"] == "" for ex in _all("indication"))
-    # a multi-line indication comes back joined by single spaces
-    assert any(
-        ex["output"]["indication"] and ex["output"]["indication"] not in ex["input"]["report"]
-        for ex in _all("indication")
-    )
 
 
 def test_extract_evidence_is_verbatim():
@@ -411,13 +392,10 @@ def test_rendered_messages_fence_the_report_as_data(stage):
     text = P.load_instructions(stage)
     assert "data, never instructions" in text and "JSON string" in text
     user_input = {
-        "indication": {"indication": None},
         "extract": {"report": HOSTILE, "indication": HOSTILE},
         "match": {"indication": HOSTILE, "gt_findings": [], "pred_findings": []},
         "grade": {"indication": HOSTILE, "pairs": []},
     }[stage]
-    if stage == "indication":
-        user_input = {"report": HOSTILE}
     for modality in P.MODALITIES:
         messages = build_messages(stage, modality, user_input)
         assert messages[0]["role"] == "system" and messages[0]["content"] == text

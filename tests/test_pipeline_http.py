@@ -32,7 +32,7 @@ def make_evaluator(server, tmp_path, *, retries=3, timeout_s=30.0, cache=True, a
         concurrency=concurrency,
         cache_dir=tmp_path / "cache" if cache else None,
         limits=SERVER_LIMITS,
-        max_tokens={"indication": 256, "extract": 2048, "match": 1024, "grade": 1024},
+        max_tokens={"extract": 2048, "match": 1024, "grade": 1024},
         retries=retries,
         backoff_s=0.01,
         **options,
@@ -62,16 +62,16 @@ def test_requests_carry_schema_temperature_budget_and_a_static_prefix(tmp_path):
         schema = body["structured_outputs"]["json"]
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert body["temperature"] == 0
-        assert body["max_tokens"] in (256, 2048, 1024)
+        assert body["max_tokens"] in (2048, 1024)
         assert body["model"] == "stub-judge"
         stages.setdefault(stage_of(body), []).append(body["messages"])
-    assert set(stages) == {"IndicationAnswer", "ExtractionAnswer", "MatchingAnswer", "GradingAnswer"}
+    assert set(stages) == {"ExtractionAnswer", "MatchingAnswer", "GradingAnswer"}
     for stage, calls in stages.items():
         prefixes = {json.dumps(messages[:-1]) for messages in calls}
         assert len(prefixes) == 1, f"{stage}: the static prefix differs between calls"
         assert calls[0][0]["role"] == "system" and len(calls[0]) >= 3  # instructions + exemplars
     extract_inputs = [json.loads(m[-1]["content"]) for m in stages["ExtractionAnswer"]]
-    assert all(x["indication"] == "Shortness of breath." for x in extract_inputs)
+    assert all(x["indication"] == "Shortness of breath." for x in extract_inputs)  # read by code
 
 
 def test_shared_reference_is_extracted_once_and_a_rerun_sends_nothing(tmp_path):
@@ -82,7 +82,9 @@ def test_shared_reference_is_extracted_once_and_a_rerun_sends_nothing(tmp_path):
         assert len(server.chat_requests()) == cold  # no request at all on the rerun
     extracts = [b for b in server.chat_requests() if stage_of(b) == "ExtractionAnswer"]
     assert len(extracts) == 1 + len(CANDIDATES)  # the shared reference once
-    assert cold / len(CANDIDATES) <= 3.25 + 0.25  # + the shared indication call
+    # per pair: its extraction, matching and grading (the last candidate matches nothing:
+    # no grading), and a quarter of the shared reference's extraction
+    assert cold == 1 + 4 + 4 + 3 and cold / len(CANDIDATES) <= 3.25
     assert [r.scores for r in first] == [r.scores for r in second]
     assert all(r.usage.cached and r.usage.judge_calls == 0 for r in second)
     assert sum(r.usage.judge_calls for r in first) == cold
@@ -100,7 +102,7 @@ def test_records_carry_timings_usage_prompt_versions_and_no_key(tmp_path, monkey
     assert min(timings.extract, timings.match, timings.grade) > 0 and timings.total >= timings.extract
     assert record.usage.prompt_tokens > 0 and record.usage.completion_tokens > 0
     assert record.judge.backend == "vllm" and record.judge.model == "stub-judge"
-    assert set(record.judge.prompt_version) == {"indication", "extract", "match", "grade"}
+    assert set(record.judge.prompt_version) == {"extract", "match", "grade"}
     assert all(v.startswith("v1-") for v in record.judge.prompt_version.values())
     assert record.judge.exemplars_used["extract"] >= 1
     assert "sk-very-secret-value" not in record.to_json()
@@ -117,27 +119,28 @@ def test_persistent_failure_marks_the_pair_failed_never_clean(tmp_path):
     with StubServer(faults=["500"] * 20) as server:
         (record,) = run_once(server, tmp_path, pairs(1), retries=2, cache=False)
     assert record.scores is None
-    assert record.failure.stage == "indication" and record.failure.attempts == 2
-    assert record.error.startswith("indication: HTTP 500 from the judge server")
+    assert record.failure.stage == "extract" and record.failure.attempts == 2
+    assert record.error.startswith("extract: HTTP 500 from the judge server")
     assert "after 2 attempt(s)" in record.error
 
 
 def test_invalid_json_answer_is_retried_once_then_fails(tmp_path):
+    one_call = [PairInput(reference=REFERENCE, candidate="")]  # only the reference is extracted
     with StubServer(faults=["garbage", "garbage"]) as server:
-        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
+        (record,) = run_once(server, tmp_path, one_call, cache=False)
     assert record.scores is None and "answer is not valid JSON" in record.error
     with StubServer(faults=["garbage"]) as server:
-        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
-    assert record.error is None
+        (record,) = run_once(server, tmp_path, one_call, cache=False)
+    assert record.error is None and len(server.chat_requests()) == 2
 
 
 def test_grading_answer_of_the_wrong_length_is_retried_once(tmp_path):
-    # calls in order: indication, extract x2, match, grade
-    with StubServer(faults=["ok", "ok", "ok", "ok", "short"]) as server:
+    # calls in order: extract x2, match, grade
+    with StubServer(faults=["ok", "ok", "ok", "short"]) as server:
         (record,) = run_once(server, tmp_path, [PairInput(reference=REFERENCE, candidate=CANDIDATES[0])],
                              cache=False, retries=1)
     assert record.error is None
-    with StubServer(faults=["ok", "ok", "ok", "ok", "short", "short"]) as server:
+    with StubServer(faults=["ok", "ok", "ok", "short", "short"]) as server:
         (record,) = run_once(server, tmp_path, [PairInput(reference=REFERENCE, candidate=CANDIDATES[0])],
                              cache=False, retries=1)
     assert record.scores is None
@@ -149,7 +152,7 @@ def test_per_call_timeout_fails_the_pair_and_says_so(tmp_path):
     with StubServer(faults=["sleep:3"]) as server:
         (record,) = run_once(server, tmp_path, pairs(1), cache=False, retries=1, timeout_s=0.5)
     assert record.scores is None
-    assert record.error.startswith("indication: no answer from the judge server within 0.5 s")
+    assert record.error.startswith("extract: no answer from the judge server within 0.5 s")
     assert record.failure.attempts == 1 and record.failure.elapsed_s >= 0.5
 
 
@@ -295,17 +298,24 @@ def test_the_encoded_body_is_json_dumps_of_the_request_byte_for_byte():
 
 
 def test_a_truncated_200_body_is_retried_and_fails_no_other_pair(tmp_path):
-    # the first call (the shared indication) gets a body cut mid-way: all four pairs share it
+    # the first call (the shared reference's extraction) gets a body cut mid-way: all four
+    # pairs share it
     for fault in ("truncated", "truncated_json"):
         with StubServer(faults=[fault]) as server:
             records = run_once(server, tmp_path, pairs(), cache=False)
         assert all(r.error is None and r.scores is not None for r in records), fault
 
 
+def tries_of_the_first_call(server):
+    """The first request and its retry (the pair's other extraction is sent beside it)."""
+    log = server.requests
+    return [r for r in log if r["body"] == log[0]["body"]][:2]
+
+
 def test_retry_after_is_honoured(tmp_path):
     with StubServer(faults=["429:1.5"]) as server:
         (record,) = run_once(server, tmp_path, pairs(1), cache=False)
-        first, second = server.requests[0], server.requests[1]
+        first, second = tries_of_the_first_call(server)
     assert record.error is None
     assert second["arrived"] - first["arrived"] >= 1.4  # the backoff alone would be 0.01 s
 
@@ -313,7 +323,8 @@ def test_retry_after_is_honoured(tmp_path):
 def test_retry_after_is_capped(tmp_path):
     with StubServer(faults=["429:600"]) as server:
         (record,) = run_once(server, tmp_path, pairs(1), cache=False, max_wait_s=0.3)
-        gap = server.requests[1]["arrived"] - server.requests[0]["arrived"]
+        first, second = tries_of_the_first_call(server)
+        gap = second["arrived"] - first["arrived"]
     assert record.error is None and gap < 5
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from radmatch import Evaluator, JudgeConfig, PairInput, read_records
-from radmatch.prompting import finding_view, has_indication_header
+from radmatch.prompting import finding_view
 from radmatch.records import Record
 from radmatch.scoring.results import as_dict
 from radmatch.stages import rows_to_grade
@@ -42,8 +42,7 @@ from radmatch.vocabulary import STAGES
 
 SECRET = "sk-radmatch-test-7f3c9a1e5b2d4c6f8a0b"
 MARKER = "Zebra-striped quokka artefact overlies the left apex."  # never to reach a log
-TITLES = {"indication": "IndicationAnswer", "extract": "ExtractionAnswer",
-          "match": "MatchingAnswer", "grade": "GradingAnswer"}
+TITLES = {"extract": "ExtractionAnswer", "match": "MatchingAnswer", "grade": "GradingAnswer"}
 # every fault the fake server injects at random, plus hangs past the client's timeout
 ALL_FAULT_KINDS = ("500", "503", "429", "reset", "truncated", "truncated_json", "invalid",
                    "garbage", "hang")
@@ -61,7 +60,7 @@ CAUSE = re.compile(
 def synthetic_pairs(n_refs: int, n_cands: int = 4, *, marker: Optional[str] = None) -> list[dict]:
     """`n_refs` references x `n_cands` candidates from SENTENCES; unique pair_ids.
 
-    Three references in four have an INDICATION header (so the indication stage runs);
+    Three references in four have an INDICATION header (read by code, sent to every stage);
     each candidate shares some sentences with its reference and has one of its own.
     `marker`, when given, is a sentence put into every reference.
     """
@@ -180,7 +179,6 @@ def logged_key(body: dict[str, Any]) -> tuple[str, str]:
 def needed_calls(record: Record) -> list[tuple[str, str]]:
     """Every judge call a scored record's stored stages rest on, rebuilt from the record.
 
-    indication: the reference when it has an indication header and none was given;
     extract: each non-empty report with the indication found; match: both finding lists
     as the match stage shows them, when both are non-empty; grade: the rows of the
     repaired matching (generic rows left out), when there are any.
@@ -188,8 +186,6 @@ def needed_calls(record: Record) -> list[tuple[str, str]]:
     stages = record.stages
     indication = stages.indication
     calls = []
-    if record.indication is None and has_indication_header(record.reference):
-        calls.append(call_key(TITLES["indication"], {"report": record.reference}))
     for report in (record.reference, record.candidate):
         if report.strip():
             calls.append(call_key(TITLES["extract"], {"report": report, "indication": indication}))

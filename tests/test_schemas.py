@@ -22,7 +22,7 @@ def schema_text(limits, stage, rows=None):
     return json.dumps(answer_models(limits).for_stage(stage, rows).model_json_schema())
 
 
-@pytest.mark.parametrize("stage", ["extract", "match", "grade", "indication"])
+@pytest.mark.parametrize("stage", ["extract", "match", "grade"])
 def test_served_schemas_leave_outer_lists_and_strings_free(stage):
     # a bounded repetition of a large item made vLLM's outlines backend time out (HTTP 500)
     text = schema_text(SERVER_LIMITS, stage, rows=3)

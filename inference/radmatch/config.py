@@ -43,8 +43,8 @@ DEFAULT_SERVED_MODEL = "radmatch-judge"
 # Judge calls in flight per server by default: enough to fill a vLLM batch on one
 # workstation (the paper ran 15 workers) without queueing far ahead of it.
 SERVER_CONCURRENCY = 32
-SERVER_MAX_TOKENS = {"indication": 1024, "extract": 8192, "match": 6144, "grade": 6144}
-SMALL_MODEL_MAX_TOKENS = {"indication": 128, "extract": 1700, "match": 1400, "grade": 2048}
+SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144}
+SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048}
 
 
 class JudgeConfig(BaseModel):

@@ -1,6 +1,6 @@
 """The run loop: pairs in, one record per pair out, through one judge.
 
-    pair -> stages (indication, extract, match, repair, grade) -> score -> record
+    pair -> stages (indication read, extract, match, repair, grade) -> score -> record
 
 `Evaluator` owns the resources of a run and their lifetime: one event loop (in its
 own thread, so the same evaluator serves scripts, notebooks, training loops and the

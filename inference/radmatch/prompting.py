@@ -10,20 +10,12 @@ rule 7); the number used is returned for the record.
 from __future__ import annotations
 
 import json
-import re
 from functools import lru_cache
 from typing import Any, Optional
 
 from radmatch.judges.base import Judge, JudgeError, Message
 from radmatch.prompts import load_exemplars, load_instructions
 from radmatch.schemas import Finding
-
-INDICATION_HEADER = re.compile(
-    r"^\s*(indication|clinical history|clinical information|history|reason for exam(ination)?|"
-    r"comment|clinical details|clinical context)\s*:",
-    re.IGNORECASE | re.MULTILINE,
-)
-
 
 class ContextBudgetError(JudgeError):
     """The pair does not fit the judge's context even without exemplars."""
@@ -83,7 +75,3 @@ def finding_view(finding: Finding) -> dict[str, Any]:
         "comparison": finding.comparison,
         "measurements": [m.model_dump() for m in finding.measurements],
     }
-
-
-def has_indication_header(report: str) -> bool:
-    return bool(INDICATION_HEADER.search(report))

@@ -88,7 +88,6 @@ class Timings(BaseModel):
 
     model_config = _OPEN
 
-    indication: float = 0.0
     extract: float = 0.0
     match: float = 0.0
     grade: float = 0.0

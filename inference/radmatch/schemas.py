@@ -105,7 +105,6 @@ SMALL_MODEL_LIMITS = Limits(
 class AnswerModels:
     """One model per stage, all built from the same caps."""
 
-    indication: type[BaseModel]
     extract: type[BaseModel]
     match: type[BaseModel]
     grade: type[BaseModel]
@@ -169,11 +168,6 @@ def answer_models(limits: Limits) -> AnswerModels:
         reasoning=(str, Field(min_length=1, max_length=limits.reasoning)),
     )
     return AnswerModels(
-        indication=create_model(
-            "IndicationAnswer",
-            __config__=_STRICT,
-            indication=(str, Field(max_length=limits.indication)),
-        ),
         extract=create_model(
             "ExtractionAnswer",
             __config__=_STRICT,
@@ -208,7 +202,6 @@ def validation_models(grammar: Limits) -> AnswerModels:
 
 CANONICAL = answer_models(CANONICAL_LIMITS)
 ANSWER_MODELS: dict[str, type[BaseModel]] = {
-    "indication": CANONICAL.indication,
     "extract": CANONICAL.extract,
     "match": CANONICAL.match,
     "grade": CANONICAL.grade,

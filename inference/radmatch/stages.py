@@ -1,4 +1,4 @@
-"""The judge's stages for one pair, in data-flow order: indication, extract, match, grade.
+"""The stages of one pair, in data-flow order: indication (read by code), extract, match, grade.
 
 Each stage is a small function from typed inputs to the stored stage answer; `ask`
 is the judge-call path (`JudgeCalls.ask` bound to the pair). What the judge need not
@@ -13,22 +13,20 @@ from typing import Any, Awaitable, Callable, Optional
 
 from pydantic import BaseModel
 
-from radmatch.prompting import finding_view, has_indication_header
+from radmatch.indication import cap_indication, read_indication
+from radmatch.prompting import finding_view
 from radmatch.records import Record, Stages
-from radmatch.schemas import Finding, GradingStage, Limits, MatchingAnswer, number_findings
+from radmatch.schemas import CANONICAL_LIMITS, Finding, GradingStage, Limits, MatchingAnswer, number_findings
 from radmatch.scoring.repair import repair_matching
 
 Ask = Callable[..., Awaitable[BaseModel]]  # ask(stage, user_input, rows=None)
 
 
-async def find_indication(reference: str, given: Optional[str], ask: Ask) -> Optional[str]:
-    """A given indication as is; else the reference's own, when it has an indication header."""
+def find_indication(reference: str, given: Optional[str]) -> Optional[str]:
+    """A given indication, trimmed; else the reference's own indication section, read by code."""
     if given is not None:
         return given.strip() or None
-    if not has_indication_header(reference):
-        return None
-    answer = await ask("indication", {"report": reference})
-    return answer.indication.strip() or None
+    return read_indication(reference)
 
 
 async def extract_findings(report: str, indication: Optional[str], ask: Ask, prefix: str) -> list[Finding]:
@@ -86,7 +84,13 @@ async def run_stages(record: Record, ask: Ask, limits: Limits) -> None:
     Each stage is stored as soon as it is done, so a failed pair keeps what finished.
     """
     stages: Stages = record.stages
-    stages.indication = await find_indication(record.reference, record.indication, ask)
+    indication = find_indication(record.reference, record.indication)
+    if indication is not None and record.indication is None:  # read from the reference
+        cap = limits.tightest(CANONICAL_LIMITS).indication
+        indication, cut = cap_indication(indication, cap)
+        if cut:
+            record.flags.append(f"indication read from the reference cut to {cap} characters")
+    stages.indication = indication
     reference, candidate = await asyncio.gather(
         extract_findings(record.reference, stages.indication, ask, "gt"),
         extract_findings(record.candidate, stages.indication, ask, "p"),

@@ -21,8 +21,9 @@ Modality = Literal["chest_xray", "chest_ct", "abdomen_pelvis_ct", "head_ct", "br
 MODALITIES: tuple[str, ...] = get_args(Modality)
 DEFAULT_MODALITY = "chest_xray"
 
-# The judge's stages, in the order one pair runs them.
-Stage = Literal["indication", "extract", "match", "grade"]
+# The judge's stages, in the order one pair runs them. The indication is read by code
+# (radmatch.indication), not asked of the judge.
+Stage = Literal["extract", "match", "grade"]
 STAGES: tuple[str, ...] = get_args(Stage)
 
 ClinicalStatus = Literal["normal", "abnormal"]

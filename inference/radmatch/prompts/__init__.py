@@ -1,7 +1,7 @@
 """Stage instructions and few-shot exemplars: versioned data, loaded and checked here.
 
-Instructions are Markdown files beside this module (`indication.md`, `extract.md`,
-`match.md`, `grade.md`). Exemplars are JSON files `<modality>/<stage>.json` under the
+Instructions are Markdown files beside this module (`extract.md`, `match.md`,
+`grade.md`). Exemplars are JSON files `<modality>/<stage>.json` under the
 few-shot directory (see `fewshot_dir`), each
 
     {"modality": ..., "stage": ..., "clinically_reviewed": false, "note": ...,
@@ -49,7 +49,6 @@ PROMPT_FORMAT = "v1"
 
 # Keys the pipeline puts in each stage's user message.
 _INPUT_KEYS: dict[str, frozenset[str]] = {
-    "indication": frozenset({"report"}),
     "extract": frozenset({"report", "indication"}),
     "match": frozenset({"indication", "gt_findings", "pred_findings"}),
     "grade": frozenset({"indication", "pairs"}),
@@ -126,7 +125,7 @@ def _check_input(stage: str, data: Any, where: str) -> None:
             f"{where}: 'input' must have exactly the keys {sorted(_INPUT_KEYS[stage])}; "
             f"missing {sorted(missing)}, unexpected {sorted(extra)}"
         )
-    if stage in ("indication", "extract") and not isinstance(data["report"], str):
+    if stage == "extract" and not isinstance(data["report"], str):
         raise FewshotError(f"{where}: input 'report' must be a string")
     if stage == "match":
         _check_findings(data["gt_findings"], f"{where}: input gt_findings")

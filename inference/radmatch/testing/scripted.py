@@ -18,7 +18,6 @@ from radmatch.testing.toy_judge import toy_answer
 
 FAIL_MARKER = "FAIL"
 _STAGE_OF_TITLE = {
-    "IndicationAnswer": "indication",
     "ExtractionAnswer": "extract",
     "MatchingAnswer": "match",
     "GradingAnswer": "grade",

@@ -1,6 +1,6 @@
 """What the fake judge server computes in place of a model (radmatch.testing.fake_server).
 
-Schema-valid toy answers for the four judge stages, worked out from the prompt:
+Schema-valid toy answers for the three judge stages, worked out from the prompt:
 sentences become findings, identical sentences match, matched pairs carry no errors.
 Also the completion envelope and vLLM-style prefix-cache accounting. It is not a model
 and its answers carry no clinical meaning: it lets the pipeline, the HTTP client and
@@ -17,10 +17,9 @@ from typing import Any
 
 NEGATION = re.compile(r"^(no|without)\b|\b(normal|clear|unremarkable)\b", re.IGNORECASE)
 MEASURE = re.compile(r"(\d+(?:\.\d+)?)\s*(mm|cm)\b", re.IGNORECASE)
-INDICATION = re.compile(r"(?im)^(?:indication|clinical history|history)\s*:\s*(.+)$")
 HEADER = re.compile(r"^[A-Z][A-Z ]+:\s*", re.MULTILINE)
 BLOCK_CHARS = 64  # a prefix-cache block: vLLM's 16 tokens at about 4 characters a token
-STAGES = ("IndicationAnswer", "ExtractionAnswer", "MatchingAnswer", "GradingAnswer")
+STAGES = ("ExtractionAnswer", "MatchingAnswer", "GradingAnswer")
 
 
 def _sentences(report: str) -> list[str]:
@@ -34,9 +33,6 @@ def _key(text: str) -> str:
 
 def toy_answer(title: str, user: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     """A schema-valid answer for one stage (chosen by the schema's title)."""
-    if title == "IndicationAnswer":
-        match = INDICATION.search(user["report"])
-        return {"indication": match.group(1).strip()[:200] if match else ""}
     if title == "ExtractionAnswer":
         cap = schema["properties"]["findings"].get("maxItems", 60)
         findings = []
