@@ -15,7 +15,10 @@ keep-alive like vLLM. Every request is recorded in `.requests`. Misbehaviour:
   every attempt. `fault_rate` with `seed`: each attempt draws from `fault_kinds` by a
   hash of (seed, messages, attempt number), so the draw ignores thread order.
 * `latency_s` (seconds, or a dict by stage title with "default") and `capacity` (at
-  most N requests in service at once, like a GPU batch; the rest wait, `waited_s`).
+  most N requests in service at once, like a GPU batch; the rest wait, `waited_s`). A
+  request's answer leaves `latency_s` after it entered service (its arrival, or the
+  moment a slot freed): the server's own work (the toy answer, the prefix-cache count,
+  encoding) is done within that time, not added to it, as far as the CPU allows.
 
     python -m radmatch.testing.fake_server --port 0 --latency 0.2 --capacity 64
 
@@ -99,6 +102,11 @@ class LatencyGate:
         with self._slots:
             yield time.perf_counter() - queued
 
+    def finish(self, title: str, started: float) -> None:
+        """Sleep out the rest of the stage's latency for a request in service since `started`
+        (a time.perf_counter() value)."""
+        time.sleep(max(0.0, started + self.delay(title) - time.perf_counter()))
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -120,6 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     _entry: Optional[dict[str, Any]] = None  # this request's log entry (POST only)
+    _arrived_clock = 0.0  # time.perf_counter() at the POST's arrival
 
     def _send(self, status: int, payload: Any, *, headers: Optional[dict[str, str]] = None,
               content_type: str = "application/json", cut: bool = False) -> None:
@@ -157,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         fake = self.server.fake
-        arrived = time.time()
+        arrived, self._arrived_clock = time.time(), time.perf_counter()
         raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         try:
             body = json.loads(raw)
@@ -209,18 +218,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": message}})
             return 400
         with fake.gate.slot() as waited:
+            # in service from arrival, or from when a slot freed for it
+            started = self._arrived_clock if waited < 0.001 else time.perf_counter()
             fake._update(entry, waited_s=round(waited, 6))
-            time.sleep(fake.gate.delay(title))
             answer = toy_answer(title, user, schema)
-        if kind == "short" and "errors_per_match" in answer:
-            answer["errors_per_match"] = answer["errors_per_match"][:-1]
-        if kind == "invalid":
-            answer = break_answer(answer, schema)
-        content = "{not json" if kind == "garbage" else json.dumps(answer)
-        cached = fake.prefix_cache.observe(body["messages"])
-        payload = json.dumps(completion(body, content, fake.model, cached)).encode()
-        if kind == "truncated_json":
-            payload = payload[: len(payload) // 2]
+            if kind == "short" and "errors_per_match" in answer:
+                answer["errors_per_match"] = answer["errors_per_match"][:-1]
+            if kind == "invalid":
+                answer = break_answer(answer, schema)
+            content = "{not json" if kind == "garbage" else json.dumps(answer)
+            cached = fake.prefix_cache.observe(body["messages"])
+            payload = json.dumps(completion(body, content, fake.model, cached)).encode()
+            if kind == "truncated_json":
+                payload = payload[: len(payload) // 2]
+            fake.gate.finish(title, started)
         self._send(200, payload, cut=kind == "truncated")
         return 200
 
