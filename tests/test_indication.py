@@ -33,6 +33,9 @@ READS = [
      "Fall from standing, on anticoagulation. Headache."),
     # one line holding several sections, as many exported reports do
     ("INDICATION: Evaluate for pneumonia.  COMPARISON: None.  FINDINGS: Clear lungs.", "Evaluate for pneumonia."),
+    # a two-word header in capitals inside the line ends it too
+    ("INDICATION: Haemoptysis. CLINICAL HISTORY: Smoker. FINDINGS: Clear.", "Haemoptysis."),
+    ("CLINICAL HISTORY: Fall.   REASON FOR EXAMINATION: Pain. FINDINGS: No fracture.", "Fall."),
     # the header alone on its line, the text below it
     ("INDICATION:\n  Chest pain,\n  rule out dissection.\nFINDINGS:\nNormal aorta.", "Chest pain, rule out dissection."),
     # a colon inside the indication is text, not a header

@@ -38,7 +38,8 @@ INDICATION_HEADER = re.compile(
     rf"^[ \t]*(?:{_alternatives(INDICATION_NAMES)})[ \t]*:", re.IGNORECASE | re.MULTILINE)
 _NEXT_AT_LINE_START = re.compile(
     rf"^[ \t]*(?:{_alternatives(SECTIONS)})[ \t]*(?::|$)", re.IGNORECASE | re.MULTILINE)
-_NEXT_IN_CAPITALS = re.compile(rf"(?<![A-Za-z])(?:{_alternatives(SECTIONS).upper()})[ \t]*:")
+_NEXT_IN_CAPITALS = re.compile(
+    rf"(?<![A-Za-z])(?:{_alternatives(tuple(name.upper() for name in SECTIONS))})[ \t]*:")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 
