@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radmatch import Evaluator, PairInput
-from radmatch.indication import cap_indication, has_indication_header, read_indication
+from radmatch.indication import cap_indication, read_indication
 from radmatch.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS
 from radmatch.stages import find_indication
 from radmatch.testing.scripted import ScriptedJudge
@@ -55,7 +55,6 @@ NONE = [
 
 @pytest.mark.parametrize(("report", "indication"), READS)
 def test_the_indication_section_is_copied_verbatim(report, indication):
-    assert has_indication_header(report)
     assert read_indication(report) == indication
 
 
@@ -71,9 +70,10 @@ def test_report_text_in_the_indication_stays_data():
 
 def test_a_given_indication_wins_and_a_blank_one_means_none():
     reference = "INDICATION: Cough.\nFINDINGS: Clear."
-    assert find_indication(reference, "  Trauma.  ") == "Trauma."
-    assert find_indication(reference, "   ") is None  # given blank: the reference is not read
-    assert find_indication(reference, None) == "Cough."
+    assert find_indication(reference, "  Trauma.  ") == ("Trauma.", False)
+    assert find_indication(reference, "   ") == (None, False)  # given blank: the reference is not read
+    assert find_indication(reference, None) == ("Cough.", False)
+    assert find_indication(reference, "Trauma and a long history.", 5) == ("Trauma and a long history.", False)
 
 
 def test_cap_cuts_at_a_word_and_says_so():

@@ -43,10 +43,6 @@ _NEXT_IN_CAPITALS = re.compile(
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 
-def has_indication_header(report: str) -> bool:
-    return INDICATION_HEADER.search(report) is not None
-
-
 def read_indication(report: str) -> Optional[str]:
     """The text of the report's indication section, or None when it has none (or it is empty)."""
     header = INDICATION_HEADER.search(report)

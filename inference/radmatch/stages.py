@@ -22,11 +22,15 @@ from radmatch.scoring.repair import repair_matching
 Ask = Callable[..., Awaitable[BaseModel]]  # ask(stage, user_input, rows=None)
 
 
-def find_indication(reference: str, given: Optional[str]) -> Optional[str]:
-    """A given indication, trimmed; else the reference's own indication section, read by code."""
+def find_indication(
+    reference: str, given: Optional[str], max_chars: Optional[int] = None
+) -> tuple[Optional[str], bool]:
+    """A given indication, trimmed; else the reference's own indication section, read by
+    code and cut at a word to `max_chars`. Also whether it was cut."""
     if given is not None:
-        return given.strip() or None
-    return read_indication(reference)
+        return given.strip() or None, False
+    read = read_indication(reference)
+    return (None, False) if read is None else cap_indication(read, max_chars)
 
 
 async def extract_findings(report: str, indication: Optional[str], ask: Ask, prefix: str) -> list[Finding]:
@@ -84,13 +88,10 @@ async def run_stages(record: Record, ask: Ask, limits: Limits) -> None:
     Each stage is stored as soon as it is done, so a failed pair keeps what finished.
     """
     stages: Stages = record.stages
-    indication = find_indication(record.reference, record.indication)
-    if indication is not None and record.indication is None:  # read from the reference
-        cap = limits.tightest(CANONICAL_LIMITS).indication
-        indication, cut = cap_indication(indication, cap)
-        if cut:
-            record.flags.append(f"indication read from the reference cut to {cap} characters")
-    stages.indication = indication
+    cap = limits.tightest(CANONICAL_LIMITS).indication
+    stages.indication, cut = find_indication(record.reference, record.indication, cap)
+    if cut:
+        record.flags.append(f"indication read from the reference cut to {cap} characters")
     reference, candidate = await asyncio.gather(
         extract_findings(record.reference, stages.indication, ask, "gt"),
         extract_findings(record.candidate, stages.indication, ask, "p"),

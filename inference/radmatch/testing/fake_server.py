@@ -180,32 +180,32 @@ class _Handler(BaseHTTPRequestHandler):
             if "finished" not in entry:  # a reset or a crash: nothing was sent
                 fake._update(entry, finished=time.time())
 
-    def _chat(self, fake: "StubServer", entry: dict[str, Any], body: Any) -> Optional[int]:
+    def _chat(self, fake: "StubServer", entry: dict[str, Any], body: Any) -> None:
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": "not found"}})
-            return 404
+            return
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             self._send(400, {"error": {"message": "the body must be JSON with messages"}})
-            return 400
+            return
         fault = fake.chooser.choose(messages_digest(body))
         fake._update(entry, fault=fault)
         if fake.api_key and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
             self._send(401, {"error": {"message": "invalid api key", "type": "unauthorized"}})
-            return 401
+            return
         kind, _, arg = fault.partition(":")
         if kind == "always_fail":
             self._send(500, {"error": {"message": "injected 500 (this request always fails)"}})
-            return 500
+            return
         if kind in ERROR_STATUSES:
             wait = arg or (fake.retry_after if kind == "429" else None)
             headers = {"Retry-After": f"{float(wait):g}"} if wait is not None else None
             self._send(int(kind), {"error": {"message": f"injected {kind}"}}, headers=headers)
-            return int(kind)
+            return
         if kind == "reset":  # SO_LINGER 0: close() sends RST instead of FIN
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
             self.close_connection = True
-            return None
+            return
         if kind in ("sleep", "hang"):
             fake._closing.wait(float(arg) if arg else fake.hang_s)
         try:
@@ -216,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (KeyError, TypeError, ValueError) as exc:
             message = f"the toy judge cannot read this request: {exc}"
             self._send(400, {"error": {"message": message}})
-            return 400
+            return
         with fake.gate.slot() as waited:
             # in service from arrival, or from when a slot freed for it
             started = self._arrived_clock if waited < 0.001 else time.perf_counter()
@@ -233,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
                 payload = payload[: len(payload) // 2]
             fake.gate.finish(title, started)
         self._send(200, payload, cut=kind == "truncated")
-        return 200
+        return
 
 
 class StubServer:
