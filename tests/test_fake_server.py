@@ -122,6 +122,23 @@ def test_random_faults_follow_the_seed_not_the_order():
     assert runs[0] == runs[1] and {"500", "503", "ok"} == set(runs[0].values())
 
 
+def test_explicit_faults_go_to_requests_in_the_logs_order():
+    # concurrent requests: whichever is logged first draws the first fault, so a test can
+    # find the faulted call from the log alone
+    faults = ["500", "503", "429:0", "400"] * 2
+    long_system = "You grade radiology reports. " * 20_000  # hashing it takes a while
+    with StubServer(faults=list(faults)) as server:
+        bodies = [body(f"FINDINGS: Case {i}.", system=long_system) for i in range(len(faults))]
+        threads = [threading.Thread(target=post, args=(server, b)) for b in bodies]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        log = server.requests
+    assert [r["fault"] for r in log] == faults
+    assert [r["status"] for r in log] == [int(f.split(":")[0]) for f in faults]
+
+
 def test_capacity_queues_requests_beyond_it():
     latency, capacity = 0.3, 3
     with StubServer(latency_s={"ExtractionAnswer": latency}, capacity=capacity) as server:

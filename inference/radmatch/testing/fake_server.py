@@ -5,7 +5,8 @@ GET /v1/models, /health, /metrics (vLLM's prefix-cache counters) and /fake/reque
 (the request log, for a benchmark running the server in another process). HTTP/1.1
 keep-alive like vLLM. Every request is recorded in `.requests`. Misbehaviour:
 
-* faults, from the explicit `faults` list first, then by content, then at random:
+* faults, from the explicit `faults` list first (in the request log's order), then by
+  content, then at random:
   "500" "503" "401" "400"; "429" or "429:N" (Retry-After: N, else `retry_after`);
   "garbage" (content not JSON); "short" (a grade answer one row short); "invalid" (JSON
   missing a required key); "truncated" (Content-Length of the whole body, half sent,
@@ -145,10 +146,14 @@ class _Handler(BaseHTTPRequestHandler):
         if cut:  # the promised length never arrives: the client sees the socket close
             self.close_connection = True
 
-    def _log(self, body: Any, arrived: float) -> dict[str, Any]:
+    def _log(self, body: Any, arrived: float, digest: Optional[str] = None) -> dict[str, Any]:
         return self.server.fake._record({
             "path": self.path, "body": body, "authorization": self.headers.get("Authorization"),
-            "arrived": arrived, "client_port": self.client_address[1], "fault": None})
+            "arrived": arrived, "client_port": self.client_address[1], "fault": None}, digest)
+
+    def _is_chat(self, body: Any) -> bool:
+        return (self.path.rstrip("/").endswith("/chat/completions") and isinstance(body, dict)
+                and isinstance(body.get("messages"), list))
 
     def do_GET(self) -> None:
         fake, path = self.server.fake, self.path.split("?")[0].rstrip("/")
@@ -172,7 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except ValueError:
             body = None
-        self._entry = entry = self._log(body, arrived)
+        digest = messages_digest(body) if self._is_chat(body) else None
+        self._entry = entry = self._log(body, arrived, digest)
         try:
             self._chat(fake, entry, body)
         finally:
@@ -187,8 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             self._send(400, {"error": {"message": "the body must be JSON with messages"}})
             return
-        fault = fake.chooser.choose(messages_digest(body))
-        fake._update(entry, fault=fault)
+        fault = entry["fault"]  # drawn when the request was logged
         if fake.api_key and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
             self._send(401, {"error": {"message": "invalid api key", "type": "unauthorized"}})
             return
@@ -275,8 +280,12 @@ class StubServer:
         with self._lock:
             return [dict(entry) for entry in self._log]
 
-    def _record(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def _record(self, entry: dict[str, Any], digest: Optional[str] = None) -> dict[str, Any]:
+        """Log a request; a chat request (`digest` given) draws its fault in the same step,
+        so the explicit faults go to requests in the log's order."""
         with self._lock:
+            if digest is not None:
+                entry["fault"] = self.chooser.choose(digest)
             self._log.append(entry)
         return entry
 
