@@ -140,19 +140,27 @@ def test_explicit_faults_go_to_requests_in_the_logs_order():
 
 
 def test_capacity_queues_requests_beyond_it():
-    latency, capacity = 0.3, 3
+    latency, capacity = 1.0, 3
     with StubServer(latency_s={"ExtractionAnswer": latency}, capacity=capacity) as server:
         threads = [threading.Thread(target=post, args=(server, body(f"FINDINGS: Case {i}.")))
                    for i in range(capacity + 1)]
-        started = time.perf_counter()
-        for thread in threads:
+        for thread in threads[:capacity]:
             thread.start()
+        deadline = time.monotonic() + 10
+        while sum("waited_s" in r for r in server.requests) < capacity:  # all three in service
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        threads[-1].start()
         for thread in threads:
             thread.join()
-        elapsed = time.perf_counter() - started
-        waits = sorted(r["waited_s"] for r in server.requests)
-    assert 2 * latency <= elapsed < 3 * latency  # one request waited for a free slot
-    assert waits[-1] >= latency * 0.9 and waits[-2] < latency / 2
+        log = server.requests
+    first, last = log[:capacity], log[capacity]
+    assert all(r["waited_s"] < latency / 2 and r["status"] == 200 for r in first)
+    # the fourth waits until the first slot frees, `latency` after the first arrival
+    slot_freed = min(r["arrived"] for r in first) + latency
+    assert last["waited_s"] >= slot_freed - last["arrived"] - 0.05
+    assert last["finished"] - last["arrived"] >= last["waited_s"] + latency * 0.95
+    assert last["status"] == 200
 
 
 def test_ideal_makespan_schedules_chains_on_the_slots():

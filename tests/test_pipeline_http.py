@@ -391,9 +391,12 @@ def test_streaming_bounds_the_calls_at_the_judge_and_the_pairs_held(tmp_path):
     window, ahead = 2 * PAIRS_PER_SLOT, 2 * READ_AHEAD_PER_SLOT
     held = [i - finished for i, finished in enumerate(pulled)]
     assert max(held) <= window + ahead and held[n // 2] >= ahead  # the read-ahead is used, and bounded
-    # the records come oldest first: a freed slot goes to the oldest pair's call
+    # the records come about oldest first: a freed slot goes to the oldest pair's call, so
+    # a pair is overtaken only by the few opened beside it (newest-first would move the
+    # pairs of a whole window, `window` places); how far depends on which answers come back
+    # first, so the bound is loose
     order = [int(r.pair_id) for r in done]
-    assert sum(a < b for a, b in zip(order, order[1:])) >= 0.8 * (n - 1)
+    assert max(abs(place - pair) for place, pair in enumerate(order)) <= ahead + 2
 
 
 # ---------------------------------------------------------------------- several servers
