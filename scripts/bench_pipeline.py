@@ -353,7 +353,7 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
     thinking = getattr(args, "thinking", "server")  # bench_vllm_cpu.py passes no --thinking
     before_all = prefix_counters(args.base_url)
     for in_flight in args.levels:
-        n_pairs = max(args.min_pairs, 2 * in_flight)
+        n_pairs = getattr(args, "pairs", None) or max(args.min_pairs, 2 * in_flight)
         n_refs = math.ceil(n_pairs / args.candidates)
         pairs = workload(n_refs, args.candidates, first)
         first += n_refs  # a distinct workload each level: only the static prefix is shared
@@ -434,6 +434,7 @@ def main() -> int:
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")],
                         default=[1, 8, 32, 64], help="judge calls in flight, one level each (--base-url)")
     parser.add_argument("--min-pairs", type=int, default=8, help="pairs per level (at least 2x it)")
+    parser.add_argument("--pairs", type=int, help="exactly this many pairs per level")
     parser.add_argument("--allow-remote", action="store_true", help="a server not on this machine")
     parser.add_argument("--decoding", choices=["auto", "server", "small_model"], default="auto",
                         help="small_model for a small served model such as SmolLM2 on vLLM CPU")

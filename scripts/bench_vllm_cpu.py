@@ -1,6 +1,6 @@
 """bench_pipeline.py against a real vLLM server: the CPU build serving SmolLM2-135M.
 
-    python scripts/bench_vllm_cpu.py [--levels 1,8] [--min-pairs 4] [--json]
+    python scripts/bench_vllm_cpu.py [--levels 1,8] [--min-pairs 4 | --pairs N] [--kv-cache-gb 1] [--json]
 
 Starts vLLM (CPU, from `bash scripts/setup_vllm_cpu.sh`; RADMATCH_VLLM_VENV points to
 it) on a loopback port exactly as the integration tests do, runs the real-server mode
@@ -32,11 +32,16 @@ def main() -> int:
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8])
     parser.add_argument("--min-pairs", type=int, default=4,
                         help="pairs per level (at least twice the calls in flight)")
+    parser.add_argument("--pairs", type=int,
+                        help="exactly this many pairs per level (overrides the rule above)")
+    parser.add_argument("--kv-cache-gb", type=int, default=1,
+                        help="the server's KV cache (1 GB: about 23,000 SmolLM2 tokens)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, start_vllm_server(
-        smollm.ensure_hf_dir(), log_path=Path(tmp) / "vllm.log", served_name="radmatch-judge"
+        smollm.ensure_hf_dir(), log_path=Path(tmp) / "vllm.log", served_name="radmatch-judge",
+        kv_cache_gb=args.kv_cache_gb,
     ) as server:
         ready = time.perf_counter() - started
         import os
@@ -46,7 +51,7 @@ def main() -> int:
         for level in args.levels:  # one at a time, each printed as it ends
             bench_args = argparse.Namespace(
                 base_url=server.base_url, model=server.model, levels=[level],
-                min_pairs=args.min_pairs, candidates=4, timeout=600.0, allow_remote=False,
+                min_pairs=args.min_pairs, pairs=args.pairs, candidates=4, timeout=600.0, allow_remote=False,
                 decoding="small_model", context_window=8192, first_reference=first,
             )
             one = bench_pipeline.real_server(bench_args)
