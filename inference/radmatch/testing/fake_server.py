@@ -151,9 +151,13 @@ class _Handler(BaseHTTPRequestHandler):
             "path": self.path, "body": body, "authorization": self.headers.get("Authorization"),
             "arrived": arrived, "client_port": self.client_address[1], "fault": None}, digest)
 
-    def _is_chat(self, body: Any) -> bool:
-        return (self.path.rstrip("/").endswith("/chat/completions") and isinstance(body, dict)
-                and isinstance(body.get("messages"), list))
+    def _refusal(self, body: Any) -> Optional[tuple[int, str]]:
+        """Why this POST is not a chat request the server can serve (status, message)."""
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            return 404, "not found"
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return 400, "the body must be JSON with messages"
+        return None
 
     def do_GET(self) -> None:
         fake, path = self.server.fake, self.path.split("?")[0].rstrip("/")
@@ -177,22 +181,19 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except ValueError:
             body = None
-        digest = messages_digest(body) if self._is_chat(body) else None
-        self._entry = entry = self._log(body, arrived, digest)
+        refusal = self._refusal(body)
+        self._entry = entry = self._log(body, arrived, None if refusal else messages_digest(body))
         try:
-            self._chat(fake, entry, body)
+            if refusal:
+                self._send(refusal[0], {"error": {"message": refusal[1]}})
+            else:
+                self._chat(fake, entry, body)
         finally:
             self._entry = None  # a keep-alive connection reuses this handler
             if "finished" not in entry:  # a reset or a crash: nothing was sent
                 fake._update(entry, finished=time.time())
 
-    def _chat(self, fake: "StubServer", entry: dict[str, Any], body: Any) -> None:
-        if not self.path.rstrip("/").endswith("/chat/completions"):
-            self._send(404, {"error": {"message": "not found"}})
-            return
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            self._send(400, {"error": {"message": "the body must be JSON with messages"}})
-            return
+    def _chat(self, fake: "StubServer", entry: dict[str, Any], body: dict[str, Any]) -> None:
         fault = entry["fault"]  # drawn when the request was logged
         if fake.api_key and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
             self._send(401, {"error": {"message": "invalid api key", "type": "unauthorized"}})
@@ -238,7 +239,6 @@ class _Handler(BaseHTTPRequestHandler):
                 payload = payload[: len(payload) // 2]
             fake.gate.finish(title, started)
         self._send(200, payload, cut=kind == "truncated")
-        return
 
 
 class StubServer:
