@@ -24,6 +24,9 @@
 #   --dp N               replicas (data parallelism), one API server in front of them;
 #                        default: as many as the GPUs allow, GPUs / tp [RADMATCH_DP]
 #   --max-model-len N    context per request (default 16384) [RADMATCH_MAX_MODEL_LEN]
+#   --thinking on|off    Gemma 4's thinking when a request does not say (default on;
+#                        a client's --no-thinking still turns it off per request)
+#                        [RADMATCH_THINKING: 1/0/true/false/yes/no/on/off]
 #   --log-file F         server log [RADMATCH_LOG_FILE]
 #                        (default ~/.local/state/radmatch/radmatch-judge.log)
 #   --url URL            with --check-only: the server [RADMATCH_BASE_URL]
@@ -83,6 +86,7 @@ API_KEY_FILE=${RADMATCH_API_KEY_FILE:-}
 TP=${RADMATCH_TP:-}
 DP=${RADMATCH_DP:-}
 MAX_MODEL_LEN=${RADMATCH_MAX_MODEL_LEN:-$DEFAULT_MAX_MODEL_LEN}
+THINKING=${RADMATCH_THINKING:-on}
 LOG_FILE=${RADMATCH_LOG_FILE:-}
 CHECK_URL=""
 GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
@@ -318,6 +322,7 @@ plan_lines() {
         fi
     fi
     echo "TP $TP x DP $DP = $(plural $((TP * DP)) GPU)$note"
+    echo "thinking: $THINKING for requests that do not say (clients choose per request with --thinking / --no-thinking)"
 }
 
 # ---- Weights ----------------------------------------------------------------
@@ -504,6 +509,9 @@ build_command() {
         --enable-prefix-caching
         --structured-outputs-config.backend outlines
         --reasoning-parser gemma4
+        # Gemma 4's chat template thinks only when asked (enable_thinking); this is
+        # the server's answer for requests that do not ask, which is RadMatch's default.
+        --default-chat-template-kwargs "{\"enable_thinking\":$([[ $THINKING == on ]] && echo true || echo false)}"
         --generation-config vllm
         --no-enable-log-requests
     )
@@ -617,6 +625,7 @@ parse_args() {
             --tp) TP=${2:?--tp needs a value} TP_SOURCE=--tp; shift ;;
             --dp) DP=${2:?--dp needs a value} DP_SOURCE=--dp; shift ;;
             --max-model-len) MAX_MODEL_LEN=${2:?--max-model-len needs a value}; shift ;;
+            --thinking) THINKING=${2:?--thinking needs on or off}; shift ;;
             --log-file) LOG_FILE=${2:?--log-file needs a value}; shift ;;
             --url) CHECK_URL=${2:?--url needs a value}; shift ;;
             -h | --help) usage; exit 0 ;;
@@ -626,6 +635,11 @@ parse_args() {
     done
     is_uint "$PORT" || die 2 "--port must be a number, got '$PORT'"
     is_uint "$MAX_MODEL_LEN" || die 2 "--max-model-len must be a number, got '$MAX_MODEL_LEN'"
+    case ${THINKING,,} in
+        1 | true | yes | on) THINKING=on ;;
+        0 | false | no | off) THINKING=off ;;
+        *) die 2 "--thinking (RADMATCH_THINKING) must be on or off, got '$THINKING'" ;;
+    esac
     [[ $GPU_UTIL =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] \
         || die 2 "GPU_MEMORY_UTILIZATION must be a fraction such as 0.92, got '$GPU_UTIL'"
     [[ -z $TP ]] || [[ " ${TP_CHOICES[*]} " == *" $TP "* ]] \

@@ -9,8 +9,10 @@ server (tests/vllm_server.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -43,6 +45,8 @@ STUB_SERVER = textwrap.dedent(
     opt = lambda name, default: args[args.index(name) + 1] if name in args else default
     host, port = opt("--host", "127.0.0.1"), int(opt("--port", "8000"))
     model = opt("--served-model-name", "radmatch-judge")
+    # vLLM parses this option with json.loads and merges a request's kwargs over it
+    template_defaults = json.loads(opt("--default-chat-template-kwargs", "{}"))
     key = os.environ.get("VLLM_API_KEY")
     answer = os.environ.get("STUB_ANSWER", '{"ready": true}')
     if os.environ.get("STUB_CRASH"):
@@ -87,6 +91,7 @@ STUB_SERVER = textwrap.dedent(
                 {"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
             ]})
 
+    print(f"stub: chat template defaults {json.dumps(template_defaults, sort_keys=True)}", flush=True)
     print(f"stub: serving {model} on {host}:{port}", flush=True)
     ThreadingHTTPServer((host, port), Handler).serve_forever()
     """
@@ -337,6 +342,28 @@ def test_command_has_the_vllm_flags_and_no_telemetry(tmp_path, env):
         "HF_HUB_DISABLE_TELEMETRY=1",
     ):
         assert var in exports
+
+
+def thinking_default(result: subprocess.CompletedProcess) -> bool:
+    """The enable_thinking default in the printed command, parsed as vLLM parses it."""
+    args = shlex.split(command_line(result.stdout).split(" --served-model-name ")[1])
+    return json.loads(args[args.index("--default-chat-template-kwargs") + 1])["enable_thinking"]
+
+
+def test_gemma_thinks_unless_the_server_or_the_request_says_not(tmp_path, env):
+    # Gemma 4's chat template thinks only when enable_thinking is set: RadMatch sets it
+    # as the server's default (JUDGE rule 5); a request's own setting still wins in vLLM.
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert result.returncode == 0, result.stderr
+    assert thinking_default(result) is True
+    assert "# thinking: on for requests that do not say" in result.stdout
+    assert thinking_default(dry_run(tmp_path, env, [H100_80GB], "--thinking", "off")) is False
+    env["RADMATCH_THINKING"] = "no"
+    assert thinking_default(dry_run(tmp_path, env, [H100_80GB])) is False
+    assert thinking_default(dry_run(tmp_path, env, [H100_80GB], "--thinking", "on")) is True
+    bad = dry_run(tmp_path, env, [H100_80GB], "--thinking", "maybe")
+    assert bad.returncode == 2
+    assert "--thinking (RADMATCH_THINKING) must be on or off, got 'maybe'" in bad.stderr
 
 
 def test_weights_come_from_the_local_hf_cache(tmp_path, env):
@@ -727,6 +754,16 @@ def test_start_waits_for_health_checks_and_stops_on_sigterm(tmp_path, env, stub_
     log = log_file.read_text()
     assert "stub: serving radmatch-judge" in log
     assert "k-789" not in log + "".join(lines)
+    # the argument reached `vllm serve` as the JSON vLLM parses: Gemma 4 thinks by default
+    assert 'stub: chat template defaults {"enable_thinking": true}' in log
+
+
+def test_thinking_can_be_turned_off_for_the_whole_server(tmp_path, env, stub_vllm):
+    log_file = tmp_path / "judge.log"
+    env["RADMATCH_THINKING"] = "0"
+    with started_judge(tmp_path, env, stub_vllm, "--log-file", str(log_file)) as lines:
+        assert any("thinking: off for requests that do not say" in ln for ln in lines)
+    assert 'stub: chat template defaults {"enable_thinking": false}' in log_file.read_text()
 
 
 def test_start_reports_a_server_that_dies(tmp_path, env, stub_vllm):
