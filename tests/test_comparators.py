@@ -114,7 +114,7 @@ def test_hu_boundary_at_ten_uses_strict_side():
         ([m(0.01, "m")], [m(10, "mm")], []),
         ([m(10, None)], [m(10, "mm")], []),  # null size adopts the other unit (mm)
         ([m(1.0, None)], [m(1.0, "cm")], []),  # null adopts cm: 1 cm == 1 cm
-        ([m(2.3, "cm")], [], ["major"]),  # omitted
+        ([m(2.3, "cm")], [], ["minor"]),  # omitted, no quantity: minor (2026-12-02)
         ([], [m(2.3, "cm")], ["minor"]),  # added
         ([m(3, None, "count")], [m(4, None, "count")], ["major"]),
         ([m(26, "HU", "attenuation")], [m(30, None, "attenuation")], ["minor"]),  # bare value in HU
@@ -123,8 +123,8 @@ def test_hu_boundary_at_ten_uses_strict_side():
         ([m(55, "pct", "ratio")], [m(0.55, None, "ratio")], []),  # pct vs fraction
         ([m(55, "pct", "ratio")], [m(0.80, None, "ratio")], ["major"]),
         ([m(4.2, None, "attenuation")], [m(4.2, "HU", "attenuation")], []),
-        ([m(4.2, "SUV", "attenuation")], [m(4.2, "hu", "attenuation")], ["major", "minor"]),
-        ([m(10, "mm")], [m(10, None, "count")], ["major", "minor"]),  # no cross-category pairing
+        ([m(4.2, "SUV", "attenuation")], [m(4.2, "hu", "attenuation")], ["minor", "minor"]),
+        ([m(10, "mm")], [m(10, None, "count")], ["minor", "minor"]),  # no cross-category pairing
     ],
 )
 def test_measurement_comparison(ref, cand, expected):
@@ -156,10 +156,10 @@ def test_optimal_pairing_prefers_closest_values():
 
 def test_pairing_tie_break_prefers_fewer_major_errors():
     # 2->4 and 8->4 cost the same (0.5); 2->4 is minor (2 mm floor), 8->4 is major,
-    # so the pairing keeps 2->4 and leaves 8 omitted: one minor, one major (not two majors)
+    # so the pairing keeps 2->4 and leaves 8 omitted (minor: it has no quantity)
     for ref in ([m(2, "mm"), m(8, "mm")], [m(8, "mm"), m(2, "mm")]):
         errors = measurement_errors(ref, [m(4, "mm")])
-        assert severities(errors) == ["major", "minor"]
+        assert severities(errors) == ["minor", "minor"]
         assert any("8 mm omitted" in e.reasoning for e in errors)
 
 

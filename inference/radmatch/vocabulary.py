@@ -29,7 +29,7 @@ STAGES: tuple[str, ...] = get_args(Stage)
 ClinicalStatus = Literal["normal", "abnormal"]
 Significance = Literal["critical", "urgent", "notable", "routine"]
 Comparison = Literal["stable", "improving", "worsening", "new", "resolved"]
-MeasurementCategory = Literal["size", "count", "attenuation", "ratio", "other"]
+MeasurementCategory = Literal["size", "count", "attenuation", "ratio", "position", "other"]
 # What a measurement measured, when it is one of the clinical threshold table's quantities.
 Quantity = Literal[QUANTITIES]  # type: ignore[valid-type]
 MatchScope = Literal["direct", "aggregate", "generic"]

@@ -3,7 +3,8 @@
 Status and comparison are compared per row; measurements are pooled per unit and
 paired by an optimal assignment within one category and unit family. A pair whose
 values share a clinical quantity and lie either side of one of its thresholds
-(radmatch.thresholds) is a major error (rule 6).
+(radmatch.thresholds, each with its side) is a major error (rule 6). Rule numbers are
+the steps of the measurement part of SCORING.md / docs/scoring.md section 4.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from scipy.optimize import linear_sum_assignment
 
 from radmatch.schemas import Finding, Measurement
 from radmatch.scoring.results import UnitError
-from radmatch.thresholds import CLINICAL_THRESHOLDS
+from radmatch.thresholds import CLINICAL_THRESHOLDS, ClinicalQuantity
 
 BENIGN = frozenset({"stable", "improving", "resolved"})
 ACTIVE = frozenset({"worsening", "new"})
@@ -30,6 +31,8 @@ UNIT_SYNONYMS = {
     "centimeters": "cm",
 }
 TO_MM = {"mm": 1.0, "cm": 10.0, "m": 1000.0}
+# categories converted to mm (rule 2): sizes, and device tip-to-landmark distances
+LENGTH_CATEGORIES = frozenset({"size", "position"})
 HU_BOUNDARIES = (-10.0, 10.0, 20.0)
 ROUND = 6
 MAJOR_TIE_BREAK = 1e-6
@@ -150,7 +153,7 @@ def _normalise(ref: list[Raw], cand: list[Raw]) -> tuple[list[Raw], list[Raw]]:
                 unit = adopt[cat]
             if fraction_ratio and cat == "ratio" and unit == "pct":
                 unit, value = None, value / 100.0
-            if cat == "size" and (unit is None or unit in TO_MM):
+            if cat in LENGTH_CATEGORIES and (unit is None or unit in TO_MM):
                 value, unit = value * TO_MM[unit or "mm"], "mm"
             normalised.append((cat, unit, value, quantity))
     return out
@@ -187,6 +190,8 @@ def is_major(a: float, b: float, family: Family) -> bool:
     diff = round(abs(a - b), ROUND)
     if diff == 0:
         return False
+    if category == "position":  # never major, in mm or any other unit (ours, 2026-12-02)
+        return False
     if category == "size" and unit == "mm":
         if a == 0:
             return diff > 2
@@ -205,9 +210,9 @@ def is_major(a: float, b: float, family: Family) -> bool:
 # ----------------------------------------------------------------- clinical thresholds (rule 6)
 
 
-# quantity -> (its category, whether it is in mm (else a fraction), its thresholds)
+# quantity -> (its category, whether it is in mm (else a fraction), its table row)
 _LIMITS = {
-    quantity: (spec.category, spec.unit == "mm", spec.thresholds)
+    quantity: (spec.category, spec.unit == "mm", spec)
     for quantity, spec in CLINICAL_THRESHOLDS.items()
 }
 
@@ -229,26 +234,28 @@ def crossed_thresholds(a: Pooled, b: Pooled, category: str) -> tuple[float, ...]
     """The thresholds of their shared quantity that reference a and candidate b lie either side of.
 
     Empty unless both carry the same quantity, are of its category and convert to its
-    unit. Values are rounded like differences (rule 5), so 2.9 cm is exactly 29 mm.
+    unit. Values are rounded like differences (rule 5), so 2.9 cm is exactly 29 mm, and
+    a value equal to a threshold lies on the side the table gives it (>= or >).
     """
     quantity = a[2]
     if quantity is None or quantity != b[2]:
         return ()
-    quantity_category, in_mm, thresholds = _LIMITS[quantity]
+    quantity_category, in_mm, spec = _LIMITS[quantity]
     if category != quantity_category:
         return ()
     x = _in_quantity_unit(a[0], a[1], in_mm)
     y = _in_quantity_unit(b[0], b[1], in_mm)
     if x is None or y is None:
         return ()
-    return tuple([t for t in thresholds if _above(x, t) != _above(y, t)])
+    return tuple([t for t in spec.thresholds if _above(spec, x, t) != _above(spec, y, t)])
 
 
-def _above(value: float, threshold: float) -> bool:
-    """round(value, 6) > threshold, rounding only near the threshold (round is slow)."""
+def _above(spec: ClinicalQuantity, value: float, threshold: float) -> bool:
+    """Whether round(value, 6) lies above the threshold by its side, rounding only near it
+    (round is slow, and far from the threshold the side makes no difference)."""
     if abs(value - threshold) > 1e-6:
         return value > threshold
-    return round(value, ROUND) > threshold
+    return spec.is_above(round(value, ROUND), threshold)
 
 
 def _is_major_pair(a: Pooled, b: Pooled, family: Family) -> bool:
@@ -262,11 +269,15 @@ def _is_major_pair(a: Pooled, b: Pooled, family: Family) -> bool:
 
 @lru_cache(maxsize=256)
 def _threshold_note(quantity: str, crossed: tuple[float, ...]) -> str:
-    """': ascending_aorta_diameter crosses 55 mm (surgical repair threshold)'."""
+    """': ascending_aorta_diameter crosses >= 55 mm (surgical repair threshold)'.
+
+    The side tells a reader where a value equal to the threshold lies (rule 6).
+    """
     spec = CLINICAL_THRESHOLDS[quantity]
     suffix = " mm" if spec.unit == "mm" else ""
     meaning = dict(zip(spec.thresholds, spec.meanings))
-    named = [f"{t:g}{suffix} ({meaning[t]})" for t in crossed]
+    side = dict(zip(spec.thresholds, spec.sides))
+    named = [f"{side[t]} {t:g}{suffix} ({meaning[t]})" for t in crossed]
     return f": {quantity} crosses " + " and ".join(named)
 
 
@@ -346,13 +357,13 @@ def _family_errors(
         a, b = ref[i], cand[j]
         if round(abs(a[0] - b[0]), ROUND) != 0:
             errors.append(_pair_error(a, b, family))
-    # a reference value left without a partner is omitted (major); a candidate one, added (minor)
-    leftovers = ((ref, "major", "omitted"), (cand, "minor", "added"))
-    for side, (values, severity, what) in enumerate(leftovers):
+    # Rule 5, values left without a partner: a reference value is omitted, major only when
+    # it carries a quantity (ours, 2026-12-02); a candidate value is added, always minor.
+    for side, (values, what) in enumerate(((ref, "omitted"), (cand, "added"))):
         if len(values) > len(pairs):
             paired = {pair[side] for pair in pairs}
             errors.extend(
-                _unpaired(category, pooled, severity, what)
+                _unpaired(category, pooled, what)
                 for k, pooled in enumerate(values)
                 if k not in paired
             )
@@ -371,7 +382,13 @@ def _pair_error(a: Pooled, b: Pooled, family: Family) -> UnitError:
     )
 
 
-def _unpaired(category: str, pooled: Pooled, severity: str, what: str) -> UnitError:
+def _unpaired(category: str, pooled: Pooled, what: str) -> UnitError:
+    """'size 12 mm omitted' (minor), 'size 56 mm omitted: ascending_aorta_diameter' (major)."""
+    quantity = pooled[2]
+    major = what == "omitted" and quantity is not None
+    reasoning = f"{category} {_fmt(pooled)} {what}"
+    if major:
+        reasoning += f": {quantity}"
     return UnitError(
-        "measurement", severity, "deterministic", None, None, f"{category} {_fmt(pooled)} {what}"
+        "measurement", "major" if major else "minor", "deterministic", None, None, reasoning
     )

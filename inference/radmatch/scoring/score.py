@@ -66,7 +66,12 @@ def score_pair(
     for unit in units:
         if unit.kind == "matched":
             _compare_matched(unit, gt, pred, judge_errors)
-        if unit.outcome in ERRORS and unit.tier in ACTIONABLE:
+        # section 5: an error unit at an actionable tier counts, except an unaddressed negative
+        if (
+            unit.outcome in ERRORS
+            and unit.tier in ACTIONABLE
+            and not is_unaddressed_negative(unit, pred)
+        ):
             unit.actionable = True
             actionable_errors += 1
 
@@ -83,6 +88,17 @@ def score_pair(
         units=units,
     )
     return scores, repairs
+
+
+def is_unaddressed_negative(unit: Unit, pred: dict[str, Finding]) -> bool:
+    """An SPU unit whose candidate findings are all `normal` (section 5, ours, 2026-12-02).
+
+    "No pneumothorax." against a reference silent on pneumothorax does not contradict
+    it: the unit stays SPU (outcome counts, safety precision) but is never actionable.
+    """
+    return unit.outcome == "SPU" and all(
+        pred[i].clinical_status == "normal" for i in unit.pred_ids
+    )
 
 
 def _index(findings: list[Finding], field: str) -> dict[str, Finding]:
