@@ -11,18 +11,72 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Optional, get_args
+
+from pydantic import BaseModel
 
 from radmatch.judges.base import Judge, JudgeError, Message
 from radmatch.prompts import load_exemplars, load_instructions
-from radmatch.schemas import Finding
+from radmatch.schemas import ANSWER_MODELS, Finding
 
 class ContextBudgetError(JudgeError):
     """The pair does not fit the judge's context even without exemplars."""
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+    # No whitespace between JSON tokens: under constrained decoding every structural
+    # token of an answer is a decode step, and the judge copies the exemplars' layout.
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def _item_model(annotation: Any) -> Optional[type[BaseModel]]:
+    """The pydantic model inside a field's annotation (list[M], Optional[M], ...), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _item_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def drop_defaults(value: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """`value` without the optional fields of `model` that hold their default.
+
+    A field left out means its default (`comparison` null, `measurements` empty, `prior`
+    false, ...), so nothing is lost, and the answers the exemplars teach are shorter:
+    BENCHMARKS.md, "Decode tokens per pair".
+    """
+    kept = {}
+    for key, item in value.items():
+        field = model.model_fields.get(key)
+        if field is not None and not field.is_required():
+            default = field.get_default(call_default_factory=True)
+            if type(item) is type(default) and item == default:
+                continue
+        inner = _item_model(field.annotation) if field is not None else None
+        if inner is not None and isinstance(item, list):
+            item = [drop_defaults(x, inner) if isinstance(x, dict) else x for x in item]
+        elif inner is not None and isinstance(item, dict):
+            item = drop_defaults(item, inner)
+        kept[key] = item
+    return kept
+
+
+def compact_answer(stage: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """An exemplar's answer as the judge is taught to write it: defaults left out."""
+    return drop_defaults(answer, ANSWER_MODELS[stage])
+
+
+def _compact_views(obj: Any) -> Any:
+    """Exemplar inputs with every finding view compacted like `finding_view`'s."""
+    if isinstance(obj, list):
+        return [_compact_views(x) for x in obj]
+    if isinstance(obj, dict):
+        if "finding_id" in obj:
+            return drop_defaults(obj, Finding)
+        return {k: _compact_views(v) for k, v in obj.items()}
+    return obj
 
 
 @lru_cache(maxsize=64)
@@ -30,8 +84,8 @@ def static_prefix(stage: str, modality: str) -> tuple[tuple[str, str], ...]:
     """(role, content) turns of the instructions and every exemplar, in order."""
     turns = [("system", load_instructions(stage))]
     for exemplar in load_exemplars(modality, stage):
-        turns.append(("user", _dumps(exemplar["input"])))
-        turns.append(("assistant", _dumps(exemplar["output"])))
+        turns.append(("user", _dumps(_compact_views(exemplar["input"]))))
+        turns.append(("assistant", _dumps(compact_answer(stage, exemplar["output"]))))
     return tuple(turns)
 
 
@@ -66,8 +120,9 @@ def fit_messages(
 
 
 def finding_view(finding: Finding) -> dict[str, Any]:
-    """A finding as the match and grade stages see it (no evidence: it saves tokens)."""
-    return {
+    """A finding as the match and grade stages see it: no evidence, and no field that
+    holds its default (both save tokens)."""
+    view = {
         "finding_id": finding.id,
         "text": finding.text,
         "clinical_status": finding.clinical_status,
@@ -75,3 +130,4 @@ def finding_view(finding: Finding) -> dict[str, Any]:
         "comparison": finding.comparison,
         "measurements": [m.model_dump() for m in finding.measurements],
     }
+    return drop_defaults(view, Finding)

@@ -46,6 +46,9 @@ __all__ = [
 FEWSHOT_ENV = "RADMATCH_FEWSHOT_DIR"
 _FINDING = CANONICAL.extract.model_fields["findings"].annotation.__args__[0]  # one finding
 PROMPT_FORMAT = "v1"
+# How prompting.py turns exemplars into messages; part of every prompt version, so that
+# a change of rendering alone (compact answers, 2026-12-02) gives new versions too.
+RENDERING = "compact-json-defaults-omitted"
 
 # Keys the pipeline puts in each stage's user message.
 _INPUT_KEYS: dict[str, frozenset[str]] = {
@@ -188,6 +191,7 @@ def prompt_version(stage: str, modality: str) -> str:
     no whitespace), so any change to either gives a new version.
     """
     payload = {
+        "rendering": RENDERING,
         "instructions": load_instructions(stage),
         "exemplars": load_exemplars(modality, stage),
     }
