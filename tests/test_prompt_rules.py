@@ -1,0 +1,109 @@
+"""The stage instructions state the judge rules of 2026-12-02 (docs/judge.md rules 12-19).
+
+These read the instruction texts only; the exemplars are checked in test_fewshots.py.
+"""
+
+import json
+import re
+
+import pytest
+
+from radmatch import baselines
+from radmatch import prompts as P
+
+
+def _flat(stage: str) -> str:
+    """The instructions with line breaks and runs of spaces collapsed, for phrase checks."""
+    return re.sub(r"\s+", " ", P.load_instructions(stage))
+
+
+def _output_example(stage: str) -> dict:
+    """The JSON answer shown under '## Output format', parsed."""
+    section = P.load_instructions(stage).split("## Output format", 1)[1]
+    start = section.index("{")
+    text, depth = "", 0
+    for ch in section[start:]:
+        text += ch
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0:
+            break
+    # placeholders such as "critical|urgent" or `or null` are not JSON; only grade's example is pure
+    return json.loads(text)
+
+
+def test_grading_example_is_keyed_and_reasons_first():
+    """Rule 18: entries name their row, and each error's reasoning precedes its verdict."""
+    example = _output_example("grade")
+    assert list(example) == ["grades"]
+    entries = example["grades"]
+    assert [list(e) for e in entries] == [["pred_id", "gt_id", "errors"]] * len(entries)
+    assert any(e["errors"] == [] for e in entries)
+    for entry in entries:
+        for error in entry["errors"]:
+            assert list(error) == ["reasoning", "dimension", "severity"]
+    assert "errors_per_match" not in P.load_instructions("grade")
+
+
+def test_match_rows_give_reasoning_before_scope():
+    text = P.load_instructions("match")
+    assert text.index('"reasoning"') < text.index('"match_scope"')
+
+
+def test_devices_follow_rule_12():
+    extract = _flat("extract")
+    assert '"Endotracheal tube present."' in extract and 'never "in place"' in extract
+    assert '"position"' in extract  # tip-to-landmark distances
+    assert "Monitoring leads" in extract and "not findings" in extract
+    assert "a support device present" in extract.split("| routine |", 1)[1]  # routine tier row
+    assert "devices are notable" not in extract
+
+
+def test_acuity_scoped_negatives_bind_rule_outs_only():
+    """Rule 14: never bound to a present finding; "other" excludes the report's own findings."""
+    match = _flat("match")
+    assert "bind aggregate only to the other side's rule-outs" in match
+    assert "Never bind them to a present finding" in match
+    assert '"No other acute ..." excludes' in match
+    assert "reports it present" not in match  # the 2026-12-01 rule is gone
+
+
+def test_extraction_indication_table_covers_the_common_indications():
+    text = P.load_instructions("extract")
+    table = text.split("| indication | promoted", 1)[1].split("\n\n", 1)[0]
+    first_cells = " ".join(row.split("|")[1] for row in table.splitlines() if row.startswith("| "))
+    for indication in ("fever", "cough", "COVID-19", "TB test", "hypoxia", "dyspnea",
+                       "shortness of breath", "heart failure", "syncope", "weakness",
+                       "chest pain", "trauma", "fall", "after a procedure", "stroke",
+                       "acute abdomen", "pulmonary embolism", "cancer"):
+        assert indication in first_cells, indication
+    assert "If unsure, use \"routine\"" not in text  # replaced by: every other rule-out is routine
+    assert "Every other rule-out is routine." in text
+
+
+def test_recurring_tiers_addenda_and_control_strings():
+    extract = _flat("extract")
+    assert "simple cysts (Bosniak I" in extract and "dependent or mild bibasilar atelectasis" in extract
+    assert "small non-tension pneumothorax with no trauma or procedure" in extract
+    assert "this wins over the indication table" in extract  # rule 13 over indication rows
+    assert "ADDENDUM signed in the report supersedes" in extract
+    assert "100 characters" not in extract  # the small judge's cap is not taught (P26)
+    for stage in P.STAGES:
+        assert "control strings" in _flat(stage), stage
+
+
+def test_grading_settles_the_contradictions():
+    grade = _flat("grade")
+    assert "Status flip" in grade and "grade nothing" in grade
+    assert "Location is about abnormal findings" in grade
+    assert "tension (severity); loculated, complicated, displaced (morphology)" in grade
+    assert '"No obvious", "no definite", "no frank"' in grade
+
+
+@pytest.mark.parametrize("method", baselines.METHODS)
+def test_baselines_say_how_to_count(method):
+    text = re.sub(r"\s+", " ", baselines.load_prompt(method))
+    assert "two wrong findings is two" in text
+    assert "a negative the reference does not mention" in text
+    assert "image quality" in text
+    shape = '{"errors": N}' if method == "count" else '{"errors": [{"description": "..."}, ...]}'
+    assert shape in text  # the answer shape baselines.py parses
