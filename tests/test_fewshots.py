@@ -107,8 +107,8 @@ def test_instructions_name_every_schema_field():
     ):
         assert f'"{field}"' in match, field
     grade = P.load_instructions("grade")
-    for field in ("errors_per_match", "dimension", "severity", "reasoning"):
-        assert f'"{field}"' in grade, field
+    for field in ("grades", "pred_id", "gt_id", "errors", "dimension", "severity", "reasoning"):
+        assert f'"{field}"' in grade, field  # rule 18: keyed grading entries
 
 
 # --------------------------------------------------------------------------- per stage
