@@ -175,7 +175,9 @@ class Baseline:
 
         record = base_record(pair_id, pair, self.method, source)
         record["judge"] = {"backend": self.judge.backend, "model": self.judge.model,
-                           "prompt_version": self.version}
+                           "prompt_version": self.version,
+                           "loaded_model": getattr(self.judge, "loaded_model", None),
+                           "max_model_len": getattr(self.judge, "max_model_len", None)}
         spend, started = PairSpend(priority=priority), time.perf_counter()
         try:
             if not pair.reference.strip():
@@ -223,7 +225,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     from radmatch.cli import EXIT_OK, EXIT_SOME_FAILED, fail
     from radmatch.inputs import read_pairs
     from radmatch.judges.base import JudgeUnavailable
-    from radmatch.record_io import open_private
+    from radmatch.record_io import open_private, same_file
 
     try:
         config = judge_config(args)
@@ -247,6 +249,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if not output.parent.is_dir():
         return fail(f"cannot write {output}: the folder {output.parent} does not exist")
+    if same_file(output, args.input):
+        return fail(f"the output {output} is the input file {args.input} (the same file, "
+                    "maybe under another name or a hard link); name another file")
     if config.is_small_local_model:
         from radmatch.cli_evaluate import SMALL_JUDGE_NOTICE
 
@@ -267,26 +272,30 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             runner.check()
         except JudgeUnavailable as exc:  # before OUT is created
             return fail(str(exc))
-        with open_private(output, "w") as out:
-            for pair_id, where, item in bad:  # nothing is lost: a bad row becomes a failed record
-                record = base_record(pair_id, PairInput(reference="", candidate=""), args.method, where)
-                record.update({k: v for k, v in item.inputs.items() if v is not None})
-                failure = Failure(stage="input", cause=f"{where}: {item.message}")
-                record["failure"], record["error"] = failure.model_dump(), failure.message()
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                failed += 1
-
-            def on_record(record: dict[str, Any]) -> None:
-                nonlocal done, failed, errors_total
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                out.flush()
-                if record["errors"] is None:
+        try:
+            with open_private(output, "w") as out:
+                for pair_id, where, item in bad:  # nothing is lost: a bad row becomes a failed record
+                    record = base_record(pair_id, PairInput(reference="", candidate=""), args.method, where)
+                    record.update({k: v for k, v in item.inputs.items() if v is not None})
+                    failure = Failure(stage="input", cause=f"{where}: {item.message}")
+                    record["failure"], record["error"] = failure.model_dump(), failure.message()
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
                     failed += 1
-                else:
-                    done += 1
-                    errors_total += record["errors"]
 
-            runner.run(jobs, on_record)
+                def on_record(record: dict[str, Any]) -> None:
+                    nonlocal done, failed, errors_total
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    out.flush()
+                    if record["errors"] is None:
+                        failed += 1
+                    else:
+                        done += 1
+                        errors_total += record["errors"]
+
+                runner.run(jobs, on_record)
+        except OSError as exc:  # a full disk, a quota: say what failed
+            return fail(f"writing the baseline records to {output} failed "
+                        f"({exc.strerror or type(exc).__name__}); run the command again once it can write")
     elapsed = time.perf_counter() - started
     mean = f"{errors_total / done:.2f}" if done else "n/a"
     print(f"{args.method}: {done} pair(s) scored, {failed} failed, mean errors {mean}, "

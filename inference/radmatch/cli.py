@@ -13,11 +13,10 @@ import itertools
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from radmatch.corpus import CorpusSummary, format_summary
-from radmatch.record_io import BadLine, iter_lines
+from radmatch.record_io import BadLine, iter_lines, loads, same_file
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE
@@ -48,7 +47,7 @@ PAIRS_DETAIL = "it looks like input pairs: run `radmatch evaluate` on it first"
 def _looks_like_pair(raw: str) -> bool:
     """An input pair row (reference and candidate, no stages, scores or error)."""
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except ValueError:
         return False
     return (
@@ -112,7 +111,7 @@ def _record_like(raw: str) -> bool:
     if not raw:
         return True
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except ValueError:
         return False
     return isinstance(data, dict) and bool({"schema_version", "stages"} & data.keys())
@@ -141,7 +140,9 @@ class _Summary(CorpusSummary):
         super().add(record)
         judge = record.judge
         if judge.backend or judge.model:
-            self.judges.add(f"{judge.backend or '?'}/{judge.model or '?'}")
+            loaded = judge.loaded_model
+            weights = f" ({loaded})" if loaded and loaded != judge.model else ""
+            self.judges.add(f"{judge.backend or '?'}/{judge.model or '?'}{weights}")
 
 
 def fail(message: str) -> int:
@@ -153,8 +154,9 @@ def cmd_recompute(args: argparse.Namespace) -> int:
     from radmatch.recompute import recompute_lines
 
     summary = _Summary()
-    if Path(args.output).resolve() == Path(args.input).resolve():
-        return fail("the output must be a different file from the input")
+    if same_file(args.output, args.input):
+        return fail(f"the output {args.output} is the input file {args.input} (the same file, "
+                    "maybe under another name or a hard link); name another file")
     with _open_input(args.input) as src:
         lines = _checked_lines(src, args.input)  # before OUT is created
         try:

@@ -44,12 +44,16 @@ def _rows(args: argparse.Namespace):
 SHOWN_PROBLEMS = 20
 
 
-def _scan(args: argparse.Namespace) -> tuple[int, int]:
-    """Read the input once: (rows, bad rows), naming the first bad rows on stderr.
+def _scan(args: argparse.Namespace, modality: str) -> tuple[int, int, dict[str, bytes]]:
+    """Read the input once: (rows, bad rows, pair_id -> fingerprint of its row), naming
+    the first bad rows on stderr. `--resume` evaluates again a record whose row changed.
 
     Raises ValueError for a repeated pair_id: nothing has been written yet.
     """
+    from radmatch.record_io import pair_fingerprint
+
     first_seen: dict[str, str] = {}
+    fingerprints: dict[str, bytes] = {}
     rows = bad = 0
     for pair_id, where, item in _rows(args):
         if pair_id in first_seen:
@@ -59,11 +63,18 @@ def _scan(args: argparse.Namespace) -> tuple[int, int]:
             )
         first_seen[pair_id] = where
         rows += 1
-        if not _is_pair(item):
+        if _is_pair(item):  # the record's modality is the row's, else the run's
+            fingerprints[pair_id] = pair_fingerprint(
+                item.reference, item.candidate, item.indication, item.modality or modality)
+        else:
+            known = item.inputs
+            fingerprints[pair_id] = pair_fingerprint(
+                known.get("reference"), known.get("candidate"), known.get("indication"),
+                known.get("modality"))
             bad += 1
             if bad <= SHOWN_PROBLEMS:
                 print(f"{args.input}: {where}: {item.message}", file=sys.stderr)
-    return rows, bad
+    return rows, bad, fingerprints
 
 
 def _is_pair(item: object) -> bool:
@@ -76,16 +87,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from radmatch.judges.base import JudgeUnavailable
     from radmatch.pipeline import Evaluator, freeze_setup_heap
 
+    from radmatch.record_io import RecordsWriteError, same_file
+
     try:
         config = judge_config(args)
-        rows, bad = _scan(args)
+        rows, bad, fingerprints = _scan(args, config.modality)
     except (ValueError, OSError) as exc:  # InputError is a ValueError
         return fail(str(exc))
     output = Path(args.output)
     if not output.parent.is_dir():
         return fail(f"cannot write {output}: the folder {output.parent} does not exist")
-    if output.resolve() == Path(args.input).resolve():
-        return fail("the output must be a different file from the input")
+    if same_file(output, args.input):
+        return fail(f"the output {output} is the input file {args.input} (the same file, "
+                    "maybe under another name or a hard link); name another file")
     if rows == 0:
         return fail(f"{args.input} holds no pairs")
     if bad:
@@ -106,7 +120,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         except JudgeUnavailable as exc:
             return fail(str(exc))
         freeze_setup_heap()  # this process is ours: no full GC pass re-scans the setup
-        summary = _write_records(args, evaluator, rows)
+        try:
+            summary = _write_records(args, evaluator, rows, fingerprints)
+        except RecordsWriteError as exc:
+            return fail(str(exc))
     print_summary(summary, as_json=args.json)
     failed = summary.to_dict()["n_failed"]
     if failed:
@@ -114,14 +131,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return EXIT_SOME_FAILED if failed else EXIT_OK
 
 
-def _write_records(args: argparse.Namespace, evaluator, rows: int) -> CorpusSummary:
-    from radmatch.record_io import RecordWriter, read_records
+def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints: dict[str, bytes]) -> CorpusSummary:
+    from radmatch.record_io import RecordWriter, iter_lines
+    from radmatch.record_io import BadLine as BadLineType
     from radmatch.records import failed_input
 
     summary = CorpusSummary(streaming=True)
-    with RecordWriter(args.output, resume=args.resume) as writer:
+    with RecordWriter(args.output, resume=args.resume, inputs=fingerprints) as writer:
+        resumed = writer.resumed
         if writer.done:
             print(f"resuming: {len(writer.done)} pair(s) of {args.output} are done", file=sys.stderr)
+        if resumed.changed:
+            print(f"resuming: {resumed.changed} record(s) of {args.output} do not match their "
+                  "input row (reference, candidate, indication or modality changed); "
+                  "those pairs are evaluated again", file=sys.stderr)
+        if resumed.not_in_input:
+            print(f"resuming: {len(resumed.not_in_input)} record(s) of {args.output} are of "
+                  f"pairs not in {args.input}; they stay in the file but are not counted "
+                  "in this summary", file=sys.stderr)
         progress = _progress(rows - len(writer.done), quiet=args.quiet)
 
         def on_record(record) -> None:
@@ -147,10 +174,11 @@ def _write_records(args: argparse.Namespace, evaluator, rows: int) -> CorpusSumm
             raise
         finally:
             progress.close()
-    if writer.done:  # the summary covers the whole file, resumed pairs included
+    if writer.done:  # the summary covers the input's pairs in the file, resumed ones included
         summary = CorpusSummary(streaming=True)
-        for record in read_records(args.output):
-            summary.add(record)
+        for _, record in iter_lines(args.output):
+            if not isinstance(record, BadLineType) and record.pair_id in fingerprints:
+                summary.add(record)
     return summary
 
 

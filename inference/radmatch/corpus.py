@@ -127,7 +127,9 @@ class CorpusSummary:
         """95 % interval of the mean actionable errors per scored pair, resampling
         studies (radmatch.resampling, seeded), and the number of studies; (None, n)
         when no pair is scored."""
-        scored = [(study, errors) for study, errors in self._errors.values() if errors is not None]
+        # studies in a fixed (sorted) order: records are written as pairs finish, and the
+        # interval must not depend on the order of the file's lines
+        scored = sorted((study, errors) for study, errors in self._errors.values() if errors is not None)
         studies = len({study for study, _ in scored})
         if not scored:
             return None, studies

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
@@ -41,9 +42,26 @@ class RowProblem:
     inputs: dict[str, Any] = field(default_factory=dict)  # the row's readable text values
 
 
+# the longest CSV field read (characters): far beyond any report (Python's default, 131,072,
+# is not), still a bound on what one bad row can make the reader hold
+CSV_FIELD_LIMIT = 1 << 26
+
+
 def _has_bad_bytes(value: str) -> bool:
     """True when `value` holds bytes that were not UTF-8 (decoded with surrogateescape)."""
     return any("\udc80" <= ch <= "\udcff" for ch in value)
+
+
+def _text_problem(column: str, value: str) -> Optional[str]:
+    """Why `value` is not text that a records file can hold, or None."""
+    if value.isascii() or not _SURROGATE.search(value):
+        return None
+    if _has_bad_bytes(value):
+        return f"column '{column}' is not valid UTF-8 text"
+    return f"column '{column}' holds a lone surrogate escape (\\ud800 to \\udfff), which is not text"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _pair_from_row(row: dict[str, Any], columns: dict[str, str], where: str) -> Union[PairInput, RowProblem]:
@@ -56,8 +74,9 @@ def _pair_from_row(row: dict[str, Any], columns: dict[str, str], where: str) -> 
         if value is not None and not isinstance(value, str):
             problems.append(f"column '{column}' must be text, got {type(value).__name__}")
             continue
-        if value is not None and _has_bad_bytes(value):
-            problems.append(f"column '{column}' is not valid UTF-8 text")
+        problem = None if value is None else _text_problem(column, value)
+        if problem:
+            problems.append(problem)
             continue
         if value == "" and name not in REQUIRED:
             value = None
@@ -107,6 +126,9 @@ def _read_jsonl(path: Path, cols: dict[str, str]) -> Iterator[tuple[str, Union[P
             except json.JSONDecodeError as exc:
                 yield where, RowProblem(where, f"invalid JSON ({exc.msg} at column {exc.colno})")
                 continue
+            except RecursionError:
+                yield where, RowProblem(where, "the line is nested too deeply to be a pair")
+                continue
             if not isinstance(row, dict):
                 yield where, RowProblem(where, f"a line must be a JSON object, got {type(row).__name__}")
                 continue
@@ -114,12 +136,19 @@ def _read_jsonl(path: Path, cols: dict[str, str]) -> Iterator[tuple[str, Union[P
 
 
 def _read_csv(path: Path, cols: dict[str, str]) -> Iterator[tuple[str, Union[PairInput, RowProblem]]]:
+    csv.field_size_limit(CSV_FIELD_LIMIT)  # (the module's limit is process-wide)
     with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:
         reader = csv.DictReader(handle)
-        _require_columns(path, reader.fieldnames or [], cols)
-        for row in reader:
-            where = f"line {reader.line_num}"
-            yield where, _pair_from_row(row, cols, where)
+        try:
+            _require_columns(path, reader.fieldnames or [], cols)
+            for row in reader:
+                where = f"line {reader.line_num}"
+                yield where, _pair_from_row(row, cols, where)
+        except csv.Error as exc:  # a field past the limit, a NUL: the reader cannot go on
+            raise InputError(
+                f"{path}: the row ending at line {reader.line_num} cannot be read as CSV ({exc}; "
+                f"a field may hold at most {csv.field_size_limit():,} characters)"
+            ) from None
 
 
 def _require_columns(path: Path, present: list[str], cols: dict[str, str]) -> None:

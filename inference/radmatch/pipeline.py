@@ -211,6 +211,9 @@ class Evaluator:
             model=self.judge.model,
             prompt_version={stage: self.calls.prompt_version(stage, modality) for stage in STAGES},
             fewshot_set=modality,
+            # what the pre-flight read from the server (vLLM's `root`, its context)
+            loaded_model=getattr(self.judge, "loaded_model", None),
+            max_model_len=getattr(self.judge, "max_model_len", None),
         )
 
     async def _evaluate_pair(

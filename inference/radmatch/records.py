@@ -17,7 +17,9 @@ from radmatch.scoring.results import Scores
 from radmatch.vocabulary import STAGES, check_modality
 
 SCHEMA_VERSION = 2
-_OPEN = ConfigDict(extra="allow")  # a later radmatch may add keys; they survive a rewrite
+# a later radmatch may add keys; they survive a rewrite. NaN and infinity are refused:
+# JSON has no such numbers (they would be written as null, which no reader accepts)
+_OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class JudgeInfo(BaseModel):
     prompt_version: dict[str, str] = Field(default_factory=dict)  # stage -> version hash
     fewshot_set: Optional[str] = None
     exemplars_used: dict[str, int] = Field(default_factory=dict)  # stage -> exemplars sent
+    # what the server said it loaded (vLLM's `root` in /v1/models) and its context, in tokens
+    loaded_model: Optional[str] = None
+    max_model_len: Optional[int] = None
 
 
 class Usage(BaseModel):

@@ -39,8 +39,9 @@ from radmatch.vocabulary import (
     Significance,
 )
 
-_STRICT = ConfigDict(extra="forbid")
-_LENIENT = ConfigDict(extra="ignore")
+# NaN and infinity are refused (1e999 parses as infinity): JSON cannot carry them back
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+_LENIENT = ConfigDict(extra="ignore", allow_inf_nan=False)
 PRED_ID = r"^p_[0-9]{1,2}$"
 GT_ID = r"^gt_[0-9]{1,2}$"
 

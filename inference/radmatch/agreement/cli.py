@@ -20,6 +20,9 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     except (AnnotationError, OSError) as exc:
         return fail(str(exc))
     if args.emit_pairs:
+        if _is_an_input(args.emit_pairs, args.annotations):
+            return fail(f"--emit-pairs {args.emit_pairs} is a file of the annotation set "
+                        f"{args.annotations}; name another file")
         return _emit(annotations, args.emit_pairs)
     if not args.records:
         return fail("give one or more records files (or --emit-pairs PAIRS.jsonl)")
@@ -51,6 +54,17 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         print("radmatch: no record's pair_id is in the annotations: see docs/agreement.md, "
               "'Joining records to annotations'", file=sys.stderr)
     return EXIT_OK
+
+
+def _is_an_input(path: str, annotations: str) -> bool:
+    """The annotation path itself, or a file in its folder (compared by device and inode)."""
+    from pathlib import Path
+
+    from radmatch.record_io import same_file
+
+    root = Path(annotations)
+    inputs = [root] + (sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [])
+    return any(same_file(path, p) for p in inputs)
 
 
 def _emit(annotations, path: str) -> int:

@@ -9,7 +9,7 @@ Two kinds of line are understood (docs/agreement.md, "Records read"):
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -34,7 +34,7 @@ def _label(kind: str, model: Optional[str]) -> str:
 
 def read_method(path: str, label: Optional[str] = None) -> MethodScores:
     """Counts of every scored line of `path`; a later line of the same pair_id wins."""
-    from radmatch.record_io import parse_record
+    from radmatch.record_io import loads, parse_record
     from radmatch.recompute import ensure_scored
 
     found = MethodScores(label or "", path)
@@ -44,7 +44,7 @@ def read_method(path: str, label: Optional[str] = None) -> MethodScores:
             if not raw.strip():
                 continue
             try:
-                data = json.loads(raw)
+                data = loads(raw)
             except ValueError:
                 found.unreadable += 1
                 continue
@@ -54,8 +54,8 @@ def read_method(path: str, label: Optional[str] = None) -> MethodScores:
             pid = str(data["pair_id"])
             if data.get("record_type") == BASELINE_TYPE:
                 kinds.add(_label(str(data.get("method", "baseline")), (data.get("judge") or {}).get("model")))
-                errors = data.get("errors")
-                if isinstance(errors, (int, float)) and not isinstance(errors, bool):
+                errors = data.get("errors")  # NaN and infinity (JSON's extensions) are no count
+                if isinstance(errors, (int, float)) and not isinstance(errors, bool) and math.isfinite(errors):
                     found.errors[pid] = float(errors)
                     found.study_ids[pid] = data.get("study_id")
                 else:

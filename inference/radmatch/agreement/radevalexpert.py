@@ -121,7 +121,10 @@ def load_radevalexpert(path: str | Path) -> AnnotationSet:
     out = AnnotationSet("radevalexpert", list(ENDPOINTS), {}, raters=1)
     unreadable = 0
     for number, row in enumerate(rows):
-        sid = f"radevalexpert-{number}"
+        # the study is the image set: rows of one image set (its findings and impression
+        # sections, several annotators) are resampled together by the bootstrap
+        images = (row.get("images_path") or "").strip()
+        sid = f"radevalexpert:{images}" if images else f"radevalexpert-{number}"
         section = (row["type"] or "").strip().lower()
         for slot in SLOTS:
             pid = pair_id(number, slot)

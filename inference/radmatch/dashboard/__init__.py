@@ -59,11 +59,15 @@ def run_dashboard(args: argparse.Namespace) -> int:
     """
     from radmatch.cli import EXIT_OK, check_records_file, fail
 
+    from radmatch.record_io import same_file
+
     inputs = [args.records] + ([args.compare] if args.compare is not None else [])
     for path in inputs:
         problem = check_records_file(path)
         if problem:
             return fail(problem)
+        if same_file(args.output, path):  # by device and inode: a hard link is the same file
+            return fail(f"the output {args.output} is the input file {path}; name another file")
     try:
         result = build_dashboard(args.records, args.output, compare_path=args.compare)
     except UnicodeDecodeError:

@@ -42,7 +42,15 @@
   function append(node, child) {
     if (child === null || child === undefined || child === false) return;
     if (Array.isArray(child)) { child.forEach(function (c) { append(node, c); }); return; }
-    node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.appendChild(child instanceof Node ? child : document.createTextNode(visible(String(child))));
+  }
+  /* Bidirectional controls (U+202A-202E, U+2066-2069, U+200E/F) would reorder what is
+   * drawn ("left" shown where the judge read "tfel"): they are shown as marks instead. */
+  var BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F]/g;
+  function visible(text) {
+    return text.replace(BIDI, function (c) {
+      return "\u27E8U+" + c.charCodeAt(0).toString(16).toUpperCase() + "\u27E9";
+    });
   }
   function $(id) { return document.getElementById(id); }
   function pct(x) { return x === null || x === undefined ? "\u2014" : (100 * x).toFixed(1) + "%"; }
@@ -608,7 +616,7 @@
       var cover = spans.filter(function (s) { return s[0] <= a && s[1] >= b; });
       if (!cover.length && unquotedAt[a] === b) {
         box.appendChild(el("span", { class: "unquoted", title: "No finding quotes this sentence: extraction may have missed something" }, seg));
-      } else if (!cover.length) { box.appendChild(document.createTextNode(seg)); }
+      } else if (!cover.length) { box.appendChild(document.createTextNode(visible(seg))); }
       else {
         cover.sort(function (x, y) { return (x[1] - x[0]) - (y[1] - y[0]); });
         var f = fById[cover[0][2]], u = uByIdx[f.unit];

@@ -222,7 +222,7 @@ def pair_view(record: Record) -> dict[str, Any]:
             "unquoted": unquoted,
             "units": units,
             "repairs": repairs,
-            "flags": list(record.flags),
+            "flags": list(record.flags) + _bidi_flag(record),
             # prompt_version and exemplars_used stay stage -> value maps: the page lists them
             "judge": {
                 str(k): v if k in _JUDGE_MAPS and isinstance(v, dict) else _scalar(v)
@@ -231,6 +231,17 @@ def pair_view(record: Record) -> dict[str, Any]:
         },
     }
     return view
+
+
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f]")
+BIDI_FLAG = ("bidirectional control characters in the text, shown as marks such as "
+             "\u27e8U+202E\u27e9: the text reads differently from its drawn order")
+
+
+def _bidi_flag(record: Record) -> list[str]:
+    """The flag for a pair whose text holds bidirectional controls (the page shows them)."""
+    texts = [record.reference, record.candidate, record.indication or ""]
+    return [BIDI_FLAG] if any(_BIDI.search(t) for t in texts) else []
 
 
 def unquoted_sentences(text: str, spans: Iterable[Sequence[Any]]) -> list[list[int]]:

@@ -14,6 +14,7 @@ Messages name the cause and never quote report text or the API key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Optional, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
@@ -93,5 +94,24 @@ class Judge(Protocol):
 
 
 def estimate_tokens(messages: list[Message]) -> int:
-    """A conservative estimate for judges without a local tokenizer (about 3 chars a token)."""
-    return sum(len(m["content"]) // 3 + 4 for m in messages)
+    """An upper estimate for judges without a local tokenizer (a served judge).
+
+    Character counts, not the server's tokenizer: 3 characters a token (the usual BPE
+    tokenizers take about 4 of English or JSON), every digit a token of its own (Gemma's
+    tokenizer splits numbers into digits), one more token per byte beyond the first of a
+    non-ASCII character, and 4 tokens a message for the chat template. It over-counts
+    ordinary report text, so that a prompt it admits fits the server's context.
+    """
+    *prefix, last = messages or [{"content": ""}]
+    return sum(_prefix_tokens(m["content"]) for m in prefix) + _text_tokens(last["content"])
+
+
+@lru_cache(maxsize=1024)  # the static prefix is the same strings call after call
+def _prefix_tokens(text: str) -> int:
+    return _text_tokens(text)
+
+
+def _text_tokens(text: str) -> int:
+    digits = sum(map(text.count, "0123456789"))
+    extra = 0 if text.isascii() else len(text.encode("utf-8", "surrogatepass")) - len(text)
+    return -(-(len(text) - digits) // 3) + digits + extra + 4

@@ -13,9 +13,17 @@ cut-off or unreadable 200 body are transient (429's Retry-After is kept); 4xx ar
 not; an answer that hit its token budget or was refused is an invalid answer.
 
 Report text goes only where the user pointed: a non-local endpoint needs an explicit
-opt-in, and proxy variables (HTTP_PROXY, ALL_PROXY, ...) are ignored unless the same
-opt-in is given. The API key lives only in the client's headers: never in a record,
-a log line, an error or a repr.
+opt-in, proxy variables (HTTP_PROXY, ALL_PROXY, ...) are ignored unless the same
+opt-in is given, and a redirect is never followed (a 3xx is an error naming its
+Location: following it would re-send the report text to a host nobody checked). The
+API key lives only in the client's headers: never in a record, a log line, an error
+or a repr.
+
+Identity: the pre-flight reads `/v1/models`, where vLLM names the weights it loaded
+(`root`) and its context (`max_model_len`). Both go into the records and the cache key
+(`settings`), so that two servers of one served name but different weights never share
+answers; the context bounds every call's prompt and answer budget. An answer that names
+another model than the one checked fails its call.
 """
 
 from __future__ import annotations
@@ -78,6 +86,8 @@ class OpenAICompatibleJudge:
         self.backend = backend
         self.model = model
         self.context_window = context_window
+        self.loaded_model: Optional[str] = None  # vLLM's `root`, read by the pre-flight
+        self.max_model_len: Optional[int] = None  # the server's context, read by the pre-flight
         self.timeout_s = timeout_s
         self._allow_proxy = allow_remote  # a proxy is somewhere else: same opt-in
         self._headers = {"Content-Type": "application/json"}
@@ -168,13 +178,20 @@ class OpenAICompatibleJudge:
             )
         if not isinstance(text, str):
             raise InvalidAnswerError("the judge returned no text")
-        usage = data.get("usage") or {}
-        return JudgeResult(
-            text=text,
-            usage=Usage(
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-            ),
+        self._check_answering_model(data.get("model"))
+        return JudgeResult(text=text, usage=_usage(data.get("usage")))
+
+    def _check_answering_model(self, named: Any) -> None:
+        """An answer must come from the model checked at the start (or name none)."""
+        if named is None or named == self.model or named == self.loaded_model:
+            return
+        if self.backend == "hosted" and isinstance(named, str) and named.startswith(self.model):
+            return  # a hosted API answers with its dated snapshot of the model asked for
+        checked = self.loaded_model or self.model
+        raise JudgeError(
+            f"the judge server answered as model {str(named)[:100]!r}, not {checked!r} "
+            "(the model the run started with); a server serving another model is not "
+            "the same judge"
         )
 
     async def _post(self, path: str, payload: bytes) -> bytes:
@@ -183,7 +200,9 @@ class OpenAICompatibleJudge:
 
         started = time.perf_counter()
         try:
-            async with self._client().post(self.base_url + path, data=payload, headers=self._headers) as response:
+            async with self._client().post(
+                self.base_url + path, data=payload, headers=self._headers, allow_redirects=False,
+            ) as response:
                 status, headers = response.status, response.headers
                 content = await response.read()
         except asyncio.TimeoutError:
@@ -198,6 +217,8 @@ class OpenAICompatibleJudge:
             ) from None
         if status == 200:
             return content
+        if 300 <= status < 400:
+            raise JudgeError(_redirect_message(status, headers.get("Location")))
         detail = _server_message(content)
         if status == 429 or status == 408 or status >= 500:
             raise TransientJudgeError(
@@ -206,7 +227,15 @@ class OpenAICompatibleJudge:
             )
         if status in (401, 403):
             raise JudgeError(f"HTTP {status} from the judge server: the API key was refused; {KEY_HINT}")
+        if status == 400 and _is_context_error(detail):
+            raise JudgeError(
+                f"HTTP 400 from the judge server: the prompt and answer budget exceed its "
+                f"context{self._context_note()} ({detail})"
+            )
         raise JudgeError(f"HTTP {status} from the judge server: {detail}")
+
+    def _context_note(self) -> str:
+        return f" of {self.max_model_len} tokens" if self.max_model_len else ""
 
     async def check(self) -> None:
         """Pre-flight: the server answers and serves this model, or JudgeUnavailable says the fix."""
@@ -215,10 +244,11 @@ class OpenAICompatibleJudge:
         where = f"the judge server at {self.base_url}"
         try:
             async with self._client().get(
-                self.base_url + "/models", headers=self._headers,
+                self.base_url + "/models", headers=self._headers, allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=min(self.timeout_s, 10.0)),
             ) as response:
                 status, content = response.status, await response.read()
+                location = response.headers.get("Location")
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise JudgeUnavailable(
                 f"cannot reach {where} ({type(exc).__name__}); start it (serve/start_vllm.sh) "
@@ -226,14 +256,30 @@ class OpenAICompatibleJudge:
             ) from None
         if status in (401, 403):
             raise JudgeUnavailable(f"{where} refused the API key (HTTP {status}); {KEY_HINT}")
+        if 300 <= status < 400:
+            raise JudgeUnavailable(f"{where}: {_redirect_message(status, location)}")
         if status != 200:
             return  # some compatible servers list no models; the first call will tell
         try:
-            served = [m["id"] for m in json.loads(content)["data"]]
+            listed = [m for m in json.loads(content)["data"] if isinstance(m, dict)]
+            served = [m["id"] for m in listed]
         except (ValueError, KeyError, TypeError):
             return
         if self.model not in served:
             raise JudgeUnavailable(f"{where} serves {served}, not {self.model!r}; pass --model with one of them")
+        self._learn_identity(listed[served.index(self.model)])
+
+    def _learn_identity(self, entry: dict[str, Any]) -> None:
+        """The loaded weights and the context from the server's model entry (vLLM's
+        `root` and `max_model_len`); the cache key and the context budget follow them."""
+        root, length = entry.get("root"), entry.get("max_model_len")
+        self.loaded_model = root if isinstance(root, str) and root else None
+        valid_length = isinstance(length, int) and not isinstance(length, bool) and length > 0
+        self.max_model_len = length if valid_length else None
+        if self.max_model_len:
+            self.context_window = min(self.context_window or self.max_model_len, self.max_model_len)
+        known = {"loaded_model": self.loaded_model, "max_model_len": self.max_model_len}
+        self.settings = {**self.settings, **{k: v for k, v in known.items() if v is not None}}
 
     async def aclose(self) -> None:
         if self._http is not None and self._owns_http:
@@ -254,6 +300,43 @@ def _server_message(content: bytes) -> str:
     except (ValueError, AttributeError):
         pass
     return (str(text).strip() or "no detail")[:200]
+
+
+def _redirect_message(status: int, location: Optional[str]) -> str:
+    where = repr(location[:200]) if location else "no Location"
+    return (
+        f"HTTP {status} from the judge server: a redirect to {where}, which RadMatch never "
+        "follows (it would send report text to an address nobody checked); point --base-url "
+        "at the server itself"
+    )
+
+
+_CONTEXT_WORDS = ("context length", "context window", "maximum context", "max_model_len",
+                  "too many tokens", "prompt is too long", "input is too long")
+
+
+def _is_context_error(detail: str) -> bool:
+    lowered = detail.lower()
+    return any(words in lowered for words in _CONTEXT_WORDS)
+
+
+def _usage(block: Any) -> Usage:
+    """Tokens as the server reported them; usage is informational, so a malformed block
+    (a count that is not a non-negative whole number) is recorded as unknown (0), never
+    fails a call whose answer is valid."""
+    block = block if isinstance(block, dict) else {}
+    return Usage(
+        prompt_tokens=_count(block.get("prompt_tokens")),
+        completion_tokens=_count(block.get("completion_tokens")),
+    )
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if isinstance(value, float) and not (value.is_integer() and value >= 0):
+        return 0
+    return int(value) if value >= 0 else 0
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

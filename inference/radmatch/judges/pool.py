@@ -37,6 +37,8 @@ class JudgePool:
         windows = [j.context_window for j in judges if j.context_window]
         self.context_window: Optional[int] = min(windows) if windows else None
         self.settings = getattr(judges[0], "settings", None)
+        self.loaded_model: Optional[str] = None  # as the pre-flight found it (vLLM's `root`)
+        self.max_model_len: Optional[int] = None
         self.cooldown_s = cooldown_s
         self._outstanding = [0] * len(judges)
         self._drained_until = [0.0] * len(judges)
@@ -86,6 +88,19 @@ class JudgePool:
             self._drain(i, str(exc))
         if len(failures) == len(self.judges):
             raise JudgeUnavailable("no judge server answers: " + "; ".join(str(e) for _, e in failures))
+        serving = [j for i, j in enumerate(self.judges) if i not in dict(failures)]
+        loaded = {j.loaded_model for j in serving if getattr(j, "loaded_model", None)}
+        if len(loaded) > 1:
+            raise JudgeUnavailable(
+                f"the judge servers serve {self.model!r} from different weights {sorted(loaded)}; "
+                "one run needs one judge"
+            )
+        self.loaded_model = loaded.pop() if loaded else None
+        lengths = [j.max_model_len for j in serving if getattr(j, "max_model_len", None)]
+        self.max_model_len = min(lengths) if lengths else None
+        windows = [j.context_window for j in self.judges if j.context_window]
+        self.context_window = min(windows) if windows else None
+        self.settings = getattr(serving[0], "settings", None)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(j.aclose() for j in self.judges))

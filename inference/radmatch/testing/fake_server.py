@@ -11,7 +11,14 @@ keep-alive like vLLM. Every request is recorded in `.requests`. Misbehaviour:
   "garbage" (content not JSON); "short" (a grade answer one row short); "invalid" (JSON
   missing a required key); "truncated" (Content-Length of the whole body, half sent,
   socket closed); "truncated_json" (well framed, cut JSON); "reset" (RST, no response);
-  "hang" or "hang:S" (answers after `hang_s` or S s); "sleep:S" (S s more); "ok".
+  "hang" or "hang:S" (answers after `hang_s` or S s); "sleep:S" (S s more); "ok";
+  "redirect:URL" (307 to URL); "answer_model:NAME" (the completion names model NAME);
+  "nonfinite" or "nonfinite:NUMBER" (an extraction answer whose first finding has a
+  measurement of 1e999 or NUMBER, as raw JSON text); "bad_usage" (a usage block whose
+  completion_tokens is "many").
+* identity and context, as vLLM's /v1/models gives them: `root` (the loaded weights) and
+  `max_model_len`; with `max_model_len`, a chat request whose prompt (characters/4) and
+  max_tokens exceed it gets vLLM's HTTP 400. `redirect`: every request gets a 307 there.
 * `always_fail_rate`: a request whose messages hash falls in that fraction gets a 500 on
   every attempt. `fault_rate` with `seed`: each attempt draws from `fault_kinds` by a
   hash of (seed, messages, attempt number), so the draw ignores thread order.
@@ -164,8 +171,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._log(None, time.time())["finished"] = time.time()
         if path.endswith("/health"):
             self._send(200, b"")
+        elif fake.redirect:
+            self._send(307, b"", headers={"Location": fake.redirect})
         elif path.endswith("/models"):
-            self._send(200, {"object": "list", "data": [{"id": fake.model, "object": "model"}]})
+            entry: dict[str, Any] = {"id": fake.model, "object": "model"}
+            if fake.root:
+                entry["root"] = fake.root
+            if fake.max_model_len:
+                entry["max_model_len"] = fake.max_model_len
+            self._send(200, {"object": "list", "data": [entry]})
         elif path.endswith("/metrics"):
             self._send(200, fake.metrics_text().encode(), content_type="text/plain; version=0.0.4")
         elif path.endswith("/fake/requests"):
@@ -184,7 +198,9 @@ class _Handler(BaseHTTPRequestHandler):
         refusal = self._refusal(body)
         self._entry = entry = self._log(body, arrived, None if refusal else messages_digest(body))
         try:
-            if refusal:
+            if fake.redirect:
+                self._send(307, b"", headers={"Location": fake.redirect})
+            elif refusal:
                 self._send(refusal[0], {"error": {"message": refusal[1]}})
             else:
                 self._chat(fake, entry, body)
@@ -206,6 +222,13 @@ class _Handler(BaseHTTPRequestHandler):
             wait = arg or (fake.retry_after if kind == "429" else None)
             headers = {"Retry-After": f"{float(wait):g}"} if wait is not None else None
             self._send(int(kind), {"error": {"message": f"injected {kind}"}}, headers=headers)
+            return
+        if kind == "redirect":
+            self._send(307, b"", headers={"Location": arg})
+            return
+        too_long = fake.context_error(body)
+        if too_long:
+            self._send(400, {"error": {"message": too_long, "type": "BadRequestError"}})
             return
         if kind == "reset":  # SO_LINGER 0: close() sends RST instead of FIN
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -232,9 +255,18 @@ class _Handler(BaseHTTPRequestHandler):
                 answer["errors_per_match"] = answer["errors_per_match"][:-1]
             if kind == "invalid":
                 answer = break_answer(answer, schema)
+            if kind == "nonfinite" and answer.get("findings"):
+                answer["findings"][0]["measurements"] = [
+                    {"value": "NONFINITE", "unit": "cm", "category": "size", "prior": False}]
             content = "{not json" if kind == "garbage" else json.dumps(answer)
+            content = content.replace('"NONFINITE"', arg or "1e999")
             cached = fake.prefix_cache.observe(body["messages"])
-            payload = json.dumps(completion(body, content, fake.model, cached)).encode()
+            reply = completion(body, content, fake.model, cached)
+            if kind == "answer_model":
+                reply["model"] = arg
+            if kind == "bad_usage":
+                reply["usage"]["completion_tokens"] = "many"
+            payload = json.dumps(reply).encode()
             if kind == "truncated_json":
                 payload = payload[: len(payload) // 2]
             fake.gate.finish(title, started)
@@ -249,8 +281,10 @@ class StubServer:
                  fault_kinds: tuple[str, ...] = RANDOM_FAULTS, always_fail_rate: float = 0.0,
                  retry_after: Optional[float] = 1.0, hang_s: float = 60.0,
                  latency_s: Latency = 0.0, capacity: Optional[int] = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, root: Optional[str] = None,
+                 max_model_len: Optional[int] = None, redirect: Optional[str] = None) -> None:
         self.api_key, self.model = api_key, model
+        self.root, self.max_model_len, self.redirect = root, max_model_len, redirect
         self.retry_after, self.hang_s = retry_after, hang_s
         self.chooser = FaultChooser(
             list(faults or []), fault_rate, seed, fault_kinds, always_fail_rate)
@@ -292,6 +326,18 @@ class StubServer:
     def _update(self, entry: dict[str, Any], **fields: Any) -> None:
         with self._lock:
             entry.update(fields)
+
+    def context_error(self, body: dict[str, Any]) -> Optional[str]:
+        """vLLM's message when the prompt (characters/4) and max_tokens exceed max_model_len."""
+        if not self.max_model_len:
+            return None
+        prompt = sum(len(str(m.get("content", ""))) // 4 for m in body["messages"])
+        wanted = prompt + int(body.get("max_tokens") or 0)
+        if wanted <= self.max_model_len:
+            return None
+        return (f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {wanted} tokens ({prompt} in the messages, "
+                f"{body.get('max_tokens')} in the completion).")
 
     def chat_requests(self) -> list[dict[str, Any]]:
         chat = [r for r in self.requests if r["path"].rstrip("/").endswith("/chat/completions")]
