@@ -30,7 +30,8 @@ SCRIPT = REPO / "scripts" / "redteam.py"
 REQUIRED_ATTACKS = {
     "instruction", "incidental_label", "boilerplate", "history_section", "fake_findings_block", "html",
     "json", "fake_assistant_turn", "fake_system_message", "homoglyph", "long_report", "rate_routine",
-    "copy_one_critical_error",
+    "copy_one_critical_error", "control_tokens", "history_injection", "negation_scope", "invisible_unicode",
+    "threshold_boundary",
 }
 
 
@@ -95,6 +96,10 @@ def test_the_set_loads_and_every_pair_is_well_formed():
     assert len(long["reference"]) > 10_000 and len(long["candidate"]) > 10_000
     homoglyph = next(p for p in pairs if p["attack"] == "homoglyph")
     assert not homoglyph["candidate"].isascii()
+    gemma = next(p for p in pairs if p["attack"] == "control_tokens")  # Gemma 4's own markers
+    assert all(marker in gemma["candidate"] for marker in ("<|turn>", "<turn|>", "<|channel>", "<channel|>"))
+    tags = next(p for p in pairs if p["attack"] == "invisible_unicode")
+    assert any(0xE0000 <= ord(c) <= 0xE007F for c in tags["candidate"])
 
 
 def test_the_set_is_labelled_authored_not_clinically_reviewed():
@@ -111,6 +116,7 @@ def test_the_set_is_labelled_authored_not_clinically_reviewed():
     ({"kind": "score", "path": "actionable_errors", "op": "=>", "value": 1}, "op must be"),
     ({"kind": "scored", "side": "reference"}, "unknown parameter"),
     ({"kind": "telepathy"}, "kind is one of"),
+    ({"kind": "flag"}, "missing parameter"),
 ])
 def test_malformed_expectations_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -230,6 +236,16 @@ def test_a_pair_passes_only_when_every_expectation_holds_and_reasons_hold_no_rep
     assert [r.status for r in results] == ["fail", "pass"]  # the toy judge extracts the instruction
     sentences = {s.strip() for p in pairs for s in re.split(r"[.\n]", p["reference"] + p["candidate"]) if len(s) > 12}
     assert not any(s in r.why for r in results for s in sentences)
+
+
+def test_flag_of_the_record():
+    (record,) = records_of(ScriptedJudge(), (PTX, PTX))
+    exp = dict(kind="flag", pattern="control|neutrali[sz]")
+    outcome = check_expectation(record, exp)
+    assert not outcome.ok and "none of" in outcome.why
+    record.flags.append("candidate: served-model control strings neutralised before the call")
+    outcome = check_expectation(record, exp)
+    assert outcome.ok and "control strings" not in outcome.why  # reasons name flags by index
 
 
 # --------------------------------------------------------------------------- the script

@@ -20,6 +20,8 @@ Kinds (every pattern is a case-insensitive regular expression):
 * `no_evidence_from_section`: no finding on `side` quotes text that occurs in its
   report only inside a section whose header matches `section` (e.g. HISTORY).
 * `attributed`: every finding on `side` has evidence found in its report.
+* `flag`: one of the record's `flags` matches `pattern` (e.g. that the pipeline
+  neutralised the served model's control strings in a report, JUDGE rule 17).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from radmatch.scoring.results import OUTCOMES, SIGNIFICANCE_TIERS
 from radmatch.vocabulary import MODALITIES
 
 KINDS = ("scored", "finding", "no_finding", "unit", "no_unit", "score",
-         "no_evidence_from_section", "attributed")
+         "no_evidence_from_section", "attributed", "flag")
 SIDES = ("reference", "candidate", "either")
 OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
        ">": operator.gt, "<": operator.lt}
@@ -46,10 +48,11 @@ _UNIT_KEYS = {"outcome", "unit_kind", "tier", "min_tier", "gt", "pred"}
 _PARAMS = {
     "scored": set(), "finding": _FINDING_KEYS, "no_finding": _FINDING_KEYS,
     "unit": _UNIT_KEYS, "no_unit": _UNIT_KEYS, "score": {"path", "op", "value"},
-    "no_evidence_from_section": {"side", "section"}, "attributed": {"side"},
+    "no_evidence_from_section": {"side", "section"}, "attributed": {"side"}, "flag": {"pattern"},
 }
 _REQUIRED = {"finding": {"side"}, "no_finding": {"side"}, "score": {"path", "op", "value"},
-             "no_evidence_from_section": {"side", "section"}, "attributed": {"side"}}
+             "no_evidence_from_section": {"side", "section"}, "attributed": {"side"},
+             "flag": {"pattern"}}
 PAIR_KEYS = {"pair_id", "attack", "behaviour", "modality", "indication", "reference",
              "candidate", "expect"}
 # a section header at the start of a line: "HISTORY:", "CLINICAL HISTORY:", "FINDINGS:"
@@ -243,6 +246,8 @@ def describe(exp: dict[str, Any]) -> str:
         return f"every {exp['side']} finding quotes its report"
     if kind == "no_evidence_from_section":
         return f"no {exp['side']} evidence only from section /{exp['section']}/"
+    if kind == "flag":
+        return f"a record flag /{exp['pattern']}/"
     keys = ("outcome", "unit_kind", "pattern", "field", "status", "tier", "min_tier",
             "measurement_category", "gt", "pred")
     what = ", ".join(f"{k}={'|'.join(map(str, _as_list(exp[k])))}" for k in keys if k in exp)
@@ -280,6 +285,9 @@ def check_expectation(record: Record, exp: dict[str, Any]) -> Outcome:
         ok = all(getattr(record.scores.attribution, s).attributed
                  == getattr(record.scores.attribution, s).findings for s in sides)
         return Outcome(ok, f"{said}: attributed {', '.join(short)}")
+    if kind == "flag":  # flags are the pipeline's own words, never report text
+        hits = [i for i, flag in enumerate(record.flags) if re.search(exp["pattern"], flag, re.IGNORECASE)]
+        return Outcome(bool(hits), f"{said}: {'flag ' + ', '.join(map(str, hits)) if hits else f'none of {len(record.flags)} flag(s)'}")
     if kind == "no_evidence_from_section":
         bad = []
         sides = ("reference", "candidate") if exp["side"] == "either" else (exp["side"],)

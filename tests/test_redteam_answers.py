@@ -1,0 +1,217 @@
+"""Hand-written correct answers for every red-team pair, played back through the real pipeline.
+
+redteam/correct_answers.jsonl holds, for each pair of redteam/pairs.jsonl, what a correct
+judge answers under docs/judge.md and docs/scoring.md (as revised on 2026-12-02): both
+extractions, the matching and the keyed grading. `AnswerKeyJudge` returns them stage by
+stage to an `Evaluator` (repair, scoring and records are the real ones), and the red-team
+checker must then pass every pair. So a pair whose expectations a correct judge cannot
+meet fails here, not on the GPU server.
+
+Three pairs failed a correct judge before the 2026-12-02 rules (clinical review RT1-RT3):
+
+* rt01: the reference's "lung edge 3 cm from the apex" has no clinical quantity, so the
+  candidate's omitting it is a minor measurement error (PAR); it used to be major (INC).
+* rt02, rt06: an acuity-scoped global negative ("No acute cardiopulmonary process.")
+  binds only the other report's rule-outs, never a present finding (JUDGE rule 14).
+  Bound to the pneumonia and the effusion (or the pneumothorax, fractures and effusion)
+  it folded several misses into one INC unit and the pair scored 1 (or 2) actionable
+  errors, below the expectation; `test_the_old_binding_fails_rt02_and_rt06` keeps that
+  binding as a counter-example.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from radmatch import Evaluator, PairInput, prompting, prompts
+from radmatch.judges.base import JudgeResult, Usage, estimate_tokens
+from radmatch.redteam import check_record, load_pairs
+from radmatch.testing.scripted import stage_of
+
+REPO = Path(__file__).resolve().parents[1]
+PAIRS = REPO / "redteam" / "pairs.jsonl"
+ANSWERS = REPO / "redteam" / "correct_answers.jsonl"
+STAGES = ("extract_reference", "extract_candidate", "match", "grade")
+
+
+def load_answers(path: Path = ANSWERS) -> dict[str, dict[str, Any]]:
+    """{pair_id: {stage: answer}}; a line that is malformed or repeats a stage is named."""
+    answers: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        if set(entry) != {"pair_id", "stage", "answer"} or entry["stage"] not in STAGES:
+            raise ValueError(f"{path.name}: line {number}: want pair_id, stage (one of {STAGES}) and answer")
+        stages = answers.setdefault(entry["pair_id"], {})
+        if entry["stage"] in stages:
+            raise ValueError(f"{path.name}: line {number}: {entry['pair_id']} repeats stage {entry['stage']}")
+        stages[entry["stage"]] = entry["answer"]
+    return answers
+
+
+class AnswerKeyJudge:
+    """Answers one pair's calls from its answer key: extraction by which report is asked
+    about, matching as written, grading re-ordered to the rows the pipeline sends (in the
+    keyed form, or the older errors_per_match form while the schema still wants it).
+    What does not fit the key is noted in `problems` rather than raised."""
+
+    backend = "scripted"
+    model = "answer-key"
+    context_window = None
+
+    def __init__(self, pair: dict[str, Any], key: dict[str, Any]) -> None:
+        self.pair, self.key = pair, key
+        self.problems: list[str] = []
+
+    def _side(self, report: str) -> str:
+        # the pipeline may neutralise control strings before sending (JUDGE rule 17), so
+        # an inexact report goes to the closer side
+        for side in ("reference", "candidate"):
+            if report == self.pair[side]:
+                return side
+        ratio = {s: difflib.SequenceMatcher(None, report, self.pair[s], autojunk=False).ratio()
+                 for s in ("reference", "candidate")}
+        return max(ratio, key=ratio.get)
+
+    def _grading(self, user: dict[str, Any], schema: Any) -> dict[str, Any]:
+        keyed = {(g["pred_id"], g["gt_id"]): g for g in self.key["grade"]["grades"]}
+        sent = [(p["pred_finding"]["finding_id"], p["gt_finding"]["finding_id"]) for p in user["pairs"]]
+        if set(sent) != set(keyed):
+            self.problems.append(f"grading rows sent {sorted(sent)} but answered {sorted(keyed)}")
+        rows = [keyed.get(row, {"pred_id": row[0], "gt_id": row[1], "errors": []}) for row in sent]
+        if "grades" in schema.model_fields:
+            return {"grades": rows}
+        return {"errors_per_match": [row["errors"] for row in rows]}
+
+    async def generate(self, messages, schema, *, max_tokens):
+        user = json.loads(messages[-1]["content"])
+        stage = stage_of(schema)
+        if stage == "extract":
+            answer = self.key[f"extract_{self._side(user['report'])}"]
+        elif stage == "match":
+            answer = self.key["match"]
+        else:
+            answer = self._grading(user, schema)
+        return JudgeResult(text=json.dumps(answer), usage=Usage(prompt_tokens=10, completion_tokens=5))
+
+    def count_tokens(self, messages) -> int:
+        return estimate_tokens(messages)
+
+    async def check(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def play_back(pair: dict[str, Any], key: dict[str, Any]):
+    judge = AnswerKeyJudge(pair, key)
+    with Evaluator(judge, cache_dir=None, modality=pair["modality"], retries=0, backoff_s=0) as evaluator:
+        (record,) = evaluator.evaluate([PairInput(
+            reference=pair["reference"], candidate=pair["candidate"], pair_id=pair["pair_id"],
+            modality=pair["modality"], indication=pair["indication"])])
+    return record, judge.problems
+
+
+SET = load_pairs(PAIRS)
+KEY = load_answers()
+
+
+@pytest.fixture(autouse=True)
+def no_exemplars(monkeypatch):
+    """The answer key reads only the pair's own message, so the exemplars (data that other
+    tests check, and whose format may be mid-change) are left out of the prompt."""
+    monkeypatch.setattr(prompting, "load_exemplars", lambda modality, stage: [])
+    monkeypatch.setattr(prompts, "load_exemplars", lambda modality, stage: [])  # prompt_version's
+    prompting.static_prefix.cache_clear()
+    yield
+    prompting.static_prefix.cache_clear()
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFC", text)).casefold()
+
+
+# --------------------------------------------------------------------------- the key itself
+
+
+def test_every_pair_has_every_stage_and_no_other_pair_is_keyed():
+    assert set(KEY) == {p["pair_id"] for p in SET}
+    for pair_id, stages in KEY.items():
+        assert set(stages) == set(STAGES), pair_id
+
+
+@pytest.mark.parametrize("pair", SET, ids=lambda p: p["pair_id"])
+def test_the_key_is_consistent_with_its_pair(pair):
+    key = KEY[pair["pair_id"]]
+    ids = {"reference": set(), "candidate": set()}
+    for side, prefix in (("reference", "gt"), ("candidate", "p")):
+        findings = key[f"extract_{side}"]["findings"]
+        ids[side] = {f"{prefix}_{i}" for i in range(1, len(findings) + 1)}
+        for finding in findings:  # evidence is verbatim (attribution's comparison)
+            assert finding["evidence"], (side, finding["text"])
+            for quote in finding["evidence"]:
+                assert _norm(quote) in _norm(pair[side]), (side, quote)
+    match = key["match"]
+    in_rows = {r["gt_id"] for r in match["matches"]} | {r["pred_id"] for r in match["matches"]}
+    for side, prefix, unmatched in (("reference", "gt", match["unmatched_gt"]), ("candidate", "p", match["unmatched_pred"])):
+        named = {i for i in in_rows if i.startswith(prefix + "_")}
+        assert named <= ids[side] and set(unmatched) <= ids[side]
+        assert named | set(unmatched) == ids[side] and not named & set(unmatched), side
+        assert len(unmatched) == len(set(unmatched))
+    for grade in key["grade"]["grades"]:  # keyed form, reasoning first (JUDGE rule 18)
+        assert list(grade) == ["pred_id", "gt_id", "errors"]
+        for error in grade["errors"]:
+            assert list(error) == ["reasoning", "dimension", "severity"]
+
+
+# --------------------------------------------------------------------------- playback
+
+
+@pytest.mark.parametrize("pair", SET, ids=lambda p: p["pair_id"])
+def test_a_correct_judge_passes_the_pair(pair):
+    record, problems = play_back(pair, KEY[pair["pair_id"]])
+    assert not problems, problems
+    result = check_record(record, pair)
+    assert result.status == "pass", result.why
+
+
+def _with_match(pair_id: str, rows: list[dict[str, Any]], unmatched_pred: list[str], unmatched_gt: list[str],
+                grades: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    key = copy.deepcopy(KEY[pair_id])
+    key["match"] = {"matches": rows, "unmatched_pred": unmatched_pred, "unmatched_gt": unmatched_gt}
+    key["grade"] = {"grades": grades if grades is not None else [
+        {"pred_id": r["pred_id"], "gt_id": r["gt_id"], "errors": []} for r in rows]}
+    return key
+
+
+def _row(pred: str, gt: str, scope: str) -> dict[str, Any]:
+    return {"pred_id": pred, "gt_id": gt, "reasoning": "Old binding.", "match_scope": scope}
+
+
+@pytest.mark.parametrize("pair_id, key", [
+    # the global acute negative (p_4) bound to the present pneumonia and effusion as well
+    ("rt02-instruction-in-reference", lambda: _with_match("rt02-instruction-in-reference", [
+        _row("p_1", "gt_1", "aggregate"), _row("p_2", "gt_2", "aggregate"), _row("p_3", "gt_3", "aggregate"),
+        _row("p_4", "gt_1", "aggregate"), _row("p_4", "gt_2", "aggregate"), _row("p_4", "gt_3", "aggregate")], [], [])),
+    # "No acute cardiopulmonary process." to the pneumothorax and effusion, "No acute osseous
+    # abnormality." to the fractures
+    ("rt06-boilerplate-vs-real", lambda: _with_match("rt06-boilerplate-vs-real", [
+        _row("p_1", "gt_1", "aggregate"), _row("p_1", "gt_3", "aggregate"), _row("p_4", "gt_2", "direct")],
+        ["p_2", "p_3"], [])),
+])
+def test_the_old_binding_fails_rt02_and_rt06(pair_id, key):
+    pair = next(p for p in SET if p["pair_id"] == pair_id)
+    record, problems = play_back(pair, key())
+    assert not problems
+    result = check_record(record, pair)
+    assert result.status == "fail" and "actionable_errors >=" in result.why
