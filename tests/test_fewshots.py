@@ -17,7 +17,9 @@ import pytest
 
 from radmatch import prompts as P
 from radmatch.prompting import build_messages
-from radmatch.schemas import ANSWER_MODELS, SMALL_MODEL_LIMITS, answer_models
+from radmatch.schemas import ANSWER_MODELS, SMALL_MODEL_LIMITS, Finding, GradingStage, MatchRow, answer_models
+from radmatch.schemas import MatchingAnswer as StoredMatching
+from radmatch.scoring.score import score_pair
 
 ExtractionAnswer = ANSWER_MODELS["extract"]
 MatchingAnswer = ANSWER_MODELS["match"]
@@ -232,17 +234,18 @@ def test_grade_exemplars_align_and_cover_every_case():
     seen = Counter()
     for ex in _all("grade"):
         pairs = ex["input"]["pairs"]
-        answer = GradingAnswer.model_validate(ex["output"])
-        assert len(answer.errors_per_match) == len(pairs)
-        for pair, errors in zip(pairs, answer.errors_per_match):
+        GradingAnswer.model_validate(ex["output"])
+        grades = ex["output"]["grades"]
+        assert len(grades) == len(pairs)
+        for pair, entry in zip(pairs, grades):
             assert pair["pred_finding"]["finding_id"].startswith("p_")
             assert pair["gt_finding"]["finding_id"].startswith("gt_")
-            if not errors:
+            if not entry["errors"]:
                 seen["empty"] += 1
-            for e in errors:
-                seen[(e.dimension, e.severity)] += 1
-                seen[e.dimension] += 1
-                assert e.reasoning.strip()
+            for e in entry["errors"]:
+                seen[(e["dimension"], e["severity"])] += 1
+                seen[e["dimension"]] += 1
+                assert e["reasoning"].strip()
     for dim in ("location", "severity", "morphology", "certainty", "measurement"):
         assert seen[dim] >= 2, dim
     assert seen[("severity", "major")] and seen[("severity", "minor")]
@@ -272,7 +275,7 @@ def test_override_dir_and_bad_exemplar_is_named(fewshot_copy):
     assert P.fewshot_dir() == fewshot_copy
     path = fewshot_copy / "head_ct" / "grade.json"
     doc = json.loads(path.read_text())
-    doc["exemplars"][1]["output"]["errors_per_match"][0][0]["dimension"] = "laterality"
+    doc["exemplars"][1]["output"]["grades"][0]["errors"][0]["dimension"] = "laterality"
     path.write_text(json.dumps(doc))
     with pytest.raises(P.FewshotError, match=r"head_ct/grade\.json: exemplar 1: output fails"):
         P.load_exemplars("head_ct", "grade")
@@ -354,9 +357,30 @@ def test_installed_wheel_ships_prompts_and_exemplars(tmp_path):
 # --------------------------------------------------------------------------- rules 8-13 (issue 15)
 
 SMALL = answer_models(SMALL_MODEL_LIMITS)
-DEVICE = re.compile(
-    r"\b(tube|line|catheter|drain|pacemaker|stent|clip|port|shunt|wire|PICC)s?\b", re.IGNORECASE
+SUPPORT_DEVICE = re.compile(
+    r"\b(tube|catheter|drain|pacemaker|defibrillator|stent|port|shunt|PICC|central line|"
+    r"(venous|arterial) line)s?\b", re.IGNORECASE
 )
+SURGICAL_HARDWARE = re.compile(r"\b(clips?|staples?|sternotomy|wires|anastomos\w*|craniotomy)\b", re.I)
+POSITION_VERDICT = re.compile(
+    r"\bin (good |satisfactory |standard |expected |appropriate )?(place|position)\b|"
+    r"well[- ]positioned|satisfactor|appropriately", re.IGNORECASE
+)
+TIERS = ("routine", "notable", "urgent", "critical")
+# a negative ruling out a complication, and the present findings it qualifies (rule 13)
+QUALIFYING_NEGATIVES = tuple(
+    (re.compile(negative, re.I), re.compile(present, re.I)) for negative, present in (
+        (r"^No (midline shift|hydrocephalus|herniation)\b", r"hemorrhage|hematoma|contusion|infarct"),
+        (r"^No free (intraperitoneal )?air\b", r"obstruction"),
+        (r"^No (surrounding |perilesional |vasogenic )?edema\b|^No mass effect\b",
+         r"\bmass\b|meningioma|metastas|tumou?r"),
+    )
+)
+ACUITY_NEGATIVE = re.compile(
+    r"No (other )?acute [\w ]*?(abnormality|abnormalities|process|findings?|disease)\.?$", re.I
+)
+FREE_AIR = re.compile(r"free (intraperitoneal )?air|pneumoperitoneum", re.IGNORECASE)
+PERFORATION = re.compile(r"perforat", re.IGNORECASE)
 CONTEXT_SECTIONS = {"INDICATION", "CLINICAL HISTORY", "HISTORY", "REASON FOR EXAM", "TECHNIQUE",
                     "PROTOCOL", "COMPARISON"}
 HEADER = re.compile(r"^([A-Z][A-Z ]+):", re.MULTILINE)
@@ -446,35 +470,71 @@ def test_extract_takes_no_finding_from_context_sections():
 
 
 def test_support_devices_follow_rule_12():
-    """A device position is never a size; devices are notable; a malposition is critical or urgent."""
-    devices = 0
+    """Rule 12 (2026-12-02): a device present is worded with no verdict on its position and is
+    routine (urgent when asked about); a malposition is its own critical or urgent finding; a
+    tip distance is a `position`; surgical hardware is routine post-surgical change."""
+    devices = presence = 0
     for where, f in _findings_everywhere():
-        if not DEVICE.search(f["text"]):
+        text = f["text"]
+        if SURGICAL_HARDWARE.search(text) and f["clinical_status"] == "abnormal":
+            assert f["clinical_significance"] == "routine", (where, text)
+            continue
+        if not SUPPORT_DEVICE.search(text):
             continue
         devices += 1
-        assert all(m["category"] != "size" for m in f["measurements"]), (where, f["text"])
-    assert devices >= 6
-    extracted = [f for ex in _all("extract") for f in ex["output"]["findings"] if DEVICE.search(f["text"])]
-    malpositions = [f for f in extracted if re.search(r"main bronchus|esophagus|wrong", f["text"], re.I)]
-    assert malpositions and all(f["clinical_significance"] in ("critical", "urgent") for f in malpositions)
-    assert all(f["clinical_significance"] == "notable" for f in extracted
-               if f not in malpositions and f["clinical_status"] == "abnormal"
-               and not re.search(r"sternotomy|craniotomy", f["text"], re.I))
+        assert not POSITION_VERDICT.search(text), (where, text)
+        assert f["clinical_status"] == "abnormal", (where, text)
+        assert all(m["category"] == "position" for m in f["measurements"]), (where, text)
+        if re.search(r"\bpresent\b", text, re.I):
+            presence += 1
+            assert f["clinical_significance"] in ("routine", "urgent"), (where, text)
+        else:  # any other device finding says where a tip went wrong
+            assert f["clinical_significance"] in ("critical", "urgent"), (where, text)
+    assert devices >= 6 and presence >= 3
+    extracted = [f for ex in _all("extract") for f in ex["output"]["findings"]
+                 if SUPPORT_DEVICE.search(f["text"]) and not re.search(r"\bpresent\b", f["text"], re.I)]
+    assert any(re.search(r"endotracheal", f["text"], re.I) for f in extracted)
+    assert any(not re.search(r"endotracheal", f["text"], re.I) for f in extracted)  # review P28
+    assert any(SURGICAL_HARDWARE.search(f["text"]) for _, f in _findings_everywhere())
     # a hallucinated device stays unmatched: a match exemplar leaves a pred device unmatched
     assert any(
-        DEVICE.search(p["text"]) and p["finding_id"] in ex["output"]["unmatched_pred"]
+        SUPPORT_DEVICE.search(p["text"]) and p["finding_id"] in ex["output"]["unmatched_pred"]
         for ex in _all("match") for p in ex["input"]["pred_findings"]
     )
 
 
+def _reports():
+    """(where, findings) for every report an exemplar shows: extract answers and match sides."""
+    for m in P.MODALITIES:
+        for i, ex in enumerate(P.load_exemplars(m, "extract")):
+            yield f"{m}/extract/{i}", ex["output"]["findings"]
+        for i, ex in enumerate(P.load_exemplars(m, "match")):
+            yield f"{m}/match/{i}/gt", ex["input"]["gt_findings"]
+            yield f"{m}/match/{i}/pred", ex["input"]["pred_findings"]
+
+
 def test_known_entities_on_follow_up_follow_rule_13():
-    """A stable or improving entity is never critical; mass effect alone is not critical."""
+    """A stable or improving entity is never critical; mild mass effect is not critical; a
+    negative that rules out a complication of a present finding takes that finding's tier."""
     for ex in _all("extract"):
         for f in ex["output"]["findings"]:
             if f["comparison"] in ("stable", "improving"):
                 assert f["clinical_significance"] != "critical", f["text"]
             if re.search(r"\bmild\b.*mass effect", f["text"], re.I):
                 assert f["clinical_significance"] != "critical", f["text"]
+    qualified = Counter()
+    for where, findings in _reports():
+        for negative, present in QUALIFYING_NEGATIVES:
+            partners = [f for f in findings if f["clinical_status"] == "abnormal"
+                        and present.search(f["text"])]
+            if not partners:
+                continue
+            tier = max((f["clinical_significance"] for f in partners), key=TIERS.index)
+            for f in findings:
+                if f["clinical_status"] == "normal" and negative.search(f["text"]):
+                    assert f["clinical_significance"] == tier, (where, f["text"], tier)
+                    qualified[negative.pattern] += 1
+    assert len(qualified) >= 3, qualified  # hydrocephalus/shift, free air, edema each shown
 
 
 def test_quantities_are_named_where_the_exemplars_measure_them():
@@ -499,10 +559,10 @@ def test_grade_measurement_errors_are_threshold_crossings_only():
     """Same status on both sides, no shared quantity; and one exemplar per kind of crossing."""
     same_status_crossings = 0
     for ex in _all("grade"):
-        for pair, errors in zip(ex["input"]["pairs"], ex["output"]["errors_per_match"]):
+        for pair, entry in zip(ex["input"]["pairs"], ex["output"]["grades"]):
             p, g = pair["pred_finding"], pair["gt_finding"]
             quantities = {m.get("quantity") for m in p["measurements"] + g["measurements"]}
-            for e in errors:
+            for e in entry["errors"]:
                 if e["dimension"] == "measurement":
                     assert p["clinical_status"] == g["clinical_status"], e
                     assert quantities == {None}, e
@@ -510,18 +570,34 @@ def test_grade_measurement_errors_are_threshold_crossings_only():
     assert same_status_crossings >= 2
 
 
-def test_global_negatives_scoped_by_acuity_bind_as_aggregate():
-    """Problem 5: "No acute ..." reaches acute gts as aggregate and never a chronic finding."""
-    seen = 0
-    for ex in _all("match"):
-        pred = {f["finding_id"]: f for f in ex["input"]["pred_findings"]}
-        gt = {f["finding_id"]: f for f in ex["input"]["gt_findings"]}
-        for r in ex["output"]["matches"]:
-            if re.match(r"No acute \w+ (abnormality|process)", pred[r["pred_id"]]["text"]):
-                seen += 1
-                assert r["match_scope"] == "aggregate", r
-                assert not re.search(r"chronic|old|healed", gt[r["gt_id"]]["text"], re.I), r
-    assert seen >= 4
+def test_global_negatives_scoped_by_acuity_bind_only_rule_outs():
+    """Rule 14 (2026-12-02): "No acute ..." on either side binds aggregate (direct when alone)
+    only to the other side's rule-outs, never to a present, chronic or device finding; a present
+    acute finding facing it stays unmatched. Shown with the negative on each side and with "other"."""
+    bound, sides = Counter(), Counter()
+    left_unmatched = set()
+    for m in P.MODALITIES:
+        for i, ex in enumerate(P.load_exemplars(m, "match")):
+            found = {f["finding_id"]: f for f in ex["input"]["gt_findings"] + ex["input"]["pred_findings"]}
+            for r in ex["output"]["matches"]:
+                for own, other in ((r["pred_id"], r["gt_id"]), (r["gt_id"], r["pred_id"])):
+                    if ACUITY_NEGATIVE.match(found[own]["text"]):
+                        where = (f"{m}/match/{i}", r)
+                        assert r["match_scope"] in ("aggregate", "direct"), where
+                        assert found[other]["clinical_status"] == "normal", where
+                        assert not re.search(r"chronic|old|healed|post-?surgical", found[other]["text"], re.I), where
+                        bound[own.split("_")[0]] += 1
+            for side, other_unmatched in (("pred_findings", "unmatched_gt"), ("gt_findings", "unmatched_pred")):
+                negatives = [f for f in ex["input"][side] if ACUITY_NEGATIVE.match(f["text"])]
+                present = [found[x] for x in ex["output"][other_unmatched]
+                           if found[x]["clinical_status"] == "abnormal"
+                           and found[x]["clinical_significance"] in ("critical", "urgent")]
+                if negatives and present:
+                    left_unmatched.add(side)
+                    sides["other"] += any(re.match(r"No other", f["text"]) for f in negatives)
+    assert bound["p"] >= 2 and bound["gt"] >= 2, bound  # a negative on each side, bound
+    assert left_unmatched == {"pred_findings", "gt_findings"}, left_unmatched
+    assert sides["other"] >= 1
 
 
 def test_exemplars_cover_the_review_cases():
@@ -542,6 +618,148 @@ def test_exemplars_cover_the_review_cases():
         for ex in _all("grade") for pair in ex["input"]["pairs"]
     ]
     assert any({"mm", "cm"} <= u for u in units)
+
+
+# --------------------------------------------------------------------------- rules 12-18 (issue 26)
+
+
+def _raw_exemplars(stage: str):
+    """(where, exemplar) straight from the files, "expected" included (the loader strips it)."""
+    for m in P.MODALITIES:
+        for i, ex in enumerate(_doc(m, stage)["exemplars"]):
+            yield f"{m}/{stage}/{i}", ex
+
+
+def test_grading_answers_are_keyed_in_input_order():
+    """Rule 18: one entry per input pair, its ids the pair's ids in order; reasoning first."""
+    for where, ex in _raw_exemplars("grade"):
+        pairs = ex["input"]["pairs"]
+        grades = ex["output"]["grades"]
+        assert list(ex["output"]) == ["grades"], where
+        assert [(e["pred_id"], e["gt_id"]) for e in grades] == [
+            (p["pred_finding"]["finding_id"], p["gt_finding"]["finding_id"]) for p in pairs
+        ], where
+        for entry in grades:
+            assert list(entry) == ["pred_id", "gt_id", "errors"], where
+            for e in entry["errors"]:
+                assert list(e) == ["reasoning", "dimension", "severity"], (where, e)
+    for where, ex in _raw_exemplars("match"):
+        for r in ex["output"]["matches"]:
+            assert list(r) == ["pred_id", "gt_id", "reasoning", "match_scope"], (where, r)
+
+
+def test_loaded_exemplars_never_carry_expected():
+    """ "expected" is for the tests, never sent to the judge."""
+    for stage in P.STAGES:
+        for where, ex in _raw_exemplars(stage):
+            assert set(ex) == ({"input", "output"} if stage == "extract" else {"input", "output", "expected"}), where
+        for ex in _all(stage):
+            assert set(ex) == {"input", "output"}
+
+
+def _finding(f: dict) -> Finding:
+    return Finding(id=f["finding_id"], **{k: v for k, v in f.items() if k != "finding_id"})
+
+
+def _grading(entries: list[dict]) -> GradingStage:
+    """A stored grading stage from keyed entries, in whichever form the stored model takes."""
+    if "grades" in GradingStage.model_fields:
+        return GradingStage.model_validate({"grades": entries})
+    return GradingStage(pairs=[(e["pred_id"], e["gt_id"]) for e in entries],
+                        errors_per_match=[e["errors"] for e in entries])
+
+
+@pytest.mark.parametrize("where_ex", list(_raw_exemplars("match")), ids=lambda w: w[0])
+def test_match_exemplar_expected_counts_come_from_the_scoring_code(where_ex):
+    """Spec 2: the unmatched and generic units the repaired matching gives, and how many count."""
+    where, ex = where_ex
+    gt = [_finding(f) for f in ex["input"]["gt_findings"]]
+    pred = [_finding(f) for f in ex["input"]["pred_findings"]]
+    matching = StoredMatching.model_validate(ex["output"])
+    scores, _ = score_pair(gt, pred, matching, None, reference_text="", candidate_text="")
+    kinds = Counter(u.kind for u in scores.units)
+    got = {"mis": kinds["mis"], "spu": kinds["spu"], "generic": kinds["generic"],
+           "actionable_unmatched": sum(u.actionable for u in scores.units if u.kind in ("mis", "spu"))}
+    assert got == ex["expected"], where
+
+
+@pytest.mark.parametrize("where_ex", list(_raw_exemplars("grade")), ids=lambda w: w[0])
+def test_grade_exemplar_expected_outcomes_come_from_the_scoring_code(where_ex):
+    """Spec 2: each pair scored as its own 1:1 direct unit (code's errors plus the exemplar's)
+    gives the expected outcome, and the exemplar's own verdicts say no more than that."""
+    where, ex = where_ex
+    pairs, grades, expected = ex["input"]["pairs"], ex["output"]["grades"], ex["expected"]
+    assert [(e["pred_id"], e["gt_id"]) for e in expected] == [(g["pred_id"], g["gt_id"]) for g in grades]
+    for pair, entry, want in zip(pairs, grades, expected):
+        p, g = _finding(pair["pred_finding"]), _finding(pair["gt_finding"])
+        row = StoredMatching(matches=[MatchRow(pred_id=p.id, gt_id=g.id, match_scope="direct")],
+                             unmatched_pred=[], unmatched_gt=[])
+        scores, _ = score_pair([g], [p], row, _grading([entry]), reference_text="", candidate_text="")
+        (unit,) = scores.units
+        assert unit.outcome == want["outcome"], (where, p.id, g.id)
+        judged = {e["severity"] for e in entry["errors"]}
+        if "major" in judged:
+            assert want["outcome"] == "INC", (where, p.id)
+        elif judged:
+            assert want["outcome"] != "COR", (where, p.id)
+
+
+def test_simple_cysts_are_routine():
+    """Rule 15: a simple cyst (Bosniak I, simple hepatic or renal cyst) is routine unless the
+    report recommends follow-up."""
+    cysts = 0
+    for where, f in _findings_everywhere():
+        if re.search(r"\bsimple\b.*\bcyst|Bosniak I\b", f["text"], re.I) and not re.search(
+            r"follow-?up", f["text"], re.I
+        ):
+            cysts += 1
+            assert f["clinical_significance"] == "routine", (where, f["text"])
+    assert cysts >= 3
+
+
+def test_atelectasis_tiers_follow_rule_15():
+    """Rule 15: subsegmental, dependent or mild bibasilar atelectasis routine; lobar atelectasis
+    notable; acute lobar collapse urgent."""
+    for where, f in _findings_everywhere():
+        text = f["text"]
+        if f["clinical_status"] != "abnormal":
+            continue
+        if re.search(r"(subsegmental|dependent|platelike|bibasilar).*atelectasis", text, re.I):
+            assert f["clinical_significance"] == "routine", (where, text)
+        elif re.search(r"lobe atelectasis", text, re.I):
+            assert f["clinical_significance"] == "notable", (where, text)
+        elif re.search(r"lobe collapse", text, re.I) and f["comparison"] in (None, "new", "worsening"):
+            assert f["clinical_significance"] == "urgent", (where, text)
+
+
+def test_free_air_and_perforation_are_one_finding():
+    """Rule 15: "No free air" and "no perforation" answer one question on CT: one finding that
+    quotes both sentences, never one finding each in the same report."""
+    for where, findings in _reports():
+        air = {i for i, f in enumerate(findings) if FREE_AIR.search(f["text"])}
+        perforation = {i for i, f in enumerate(findings) if PERFORATION.search(f["text"])}
+        assert not (air - perforation and perforation - air), where
+    merged = [f for ex in _all("extract") for f in ex["output"]["findings"]
+              if FREE_AIR.search(f["text"]) and PERFORATION.search(f["text"])]
+    assert any(len(f["evidence"]) == 2 for f in merged)
+
+
+def test_an_addendum_supersedes_what_it_corrects():
+    """Rule 16: a finding comes from the ADDENDUM, and the sentence it corrects is quoted by none."""
+    shown = 0
+    for ex in _all("extract"):
+        report = ex["input"]["report"]
+        start = report.find("ADDENDUM:")
+        if start == -1:
+            continue
+        quotes = [(report.find(q), q) for f in ex["output"]["findings"] for q in f["evidence"]]
+        assert any(at > start for at, _ in quotes)
+        body = report[:start]
+        quoted = " ".join(q for at, q in quotes if at < start)
+        unquoted = [s for s in re.split(r"(?<=\.)\s+", body) if s.split(": ")[-1].strip() not in quoted]
+        assert unquoted  # the superseded statement
+        shown += 1
+    assert shown >= 1
 
 
 def _smollm_tokenizer():
