@@ -387,7 +387,7 @@ SMALL_JUDGE = {
                        "grade": "v2-aabbcc"},
     "fewshot_set": "chest_xray",
 }
-THRESHOLD_REASON = "ascending_aorta_diameter crosses 40 mm"
+THRESHOLD_REASON = "ascending_aorta_diameter crosses >= 40 mm"
 
 
 def on_small_judge(record: Record) -> Record:

@@ -1,9 +1,16 @@
-"""The measurement comparator as it was before clinical thresholds (commit 1f91126), frozen.
+"""The measurement comparator without clinical quantities: steps 1-5 only, frozen.
 
 docs/scoring.md section 4 steps 1-5 only: it never reads `quantity`. The threshold
 tests score records through it to prove that a record without quantities, or with
-its quantities removed, scores exactly as it did before step 6. Do not update it
-when the comparator changes: it is the old behaviour, kept as a reference.
+its quantities removed, scores exactly as steps 1-5 alone would score it.
+
+Frozen from the comparator before thresholds (commit 1f91126), with the two changes of
+scoring contract 3 (2026-12-02) that concern values without a quantity, and nothing
+else: the `position` category (converted to mm like sizes, never major) and an omitted
+reference value being minor (a value without a quantity is never a major omission).
+Those two are contract changes to steps 1-5, not to step 6, so the reference moved
+with them; `tests/test_contract3.py` checks the old behaviour against records written
+before them. Do not update it for any other change of the comparator.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ UNIT_SYNONYMS = {
     "centimeters": "cm",
 }
 TO_MM = {"mm": 1.0, "cm": 10.0, "m": 1000.0}
+LENGTH_CATEGORIES = frozenset({"size", "position"})  # contract 3: position converts like size
 HU_BOUNDARIES = (-10.0, 10.0, 20.0)
 ROUND = 6
 MAJOR_TIE_BREAK = 1e-6
@@ -68,7 +76,7 @@ def _normalise(ref: list[Raw], cand: list[Raw]) -> tuple[list[Raw], list[Raw]]:
                 unit = adopt[cat]
             if fraction_ratio and cat == "ratio" and unit == "pct":
                 unit, value = None, value / 100.0
-            if cat == "size" and (unit is None or unit in TO_MM):
+            if cat in LENGTH_CATEGORIES and (unit is None or unit in TO_MM):
                 value, unit = value * TO_MM[unit or "mm"], "mm"
             normalised.append((cat, unit, value))
     return out
@@ -104,6 +112,8 @@ def is_major(a: float, b: float, family: Family) -> bool:
     category, unit = family
     diff = round(abs(a - b), ROUND)
     if diff == 0:
+        return False
+    if category == "position":  # contract 3: never major
         return False
     if category == "size" and unit == "mm":
         if a == 0:
@@ -194,8 +204,8 @@ def _family_errors(
             severity = "major" if is_major(a, b, family) else "minor"
             reasoning = f"{category} {_fmt(ref[i])} -> {_fmt(cand[j])}"
             errors.append(UnitError("measurement", severity, "deterministic", None, None, reasoning))
-    # a reference value left without a partner is omitted (major); a candidate one, added (minor)
-    leftovers = ((ref, "major", "omitted"), (cand, "minor", "added"))
+    # a value left without a partner, omitted or added, is minor (contract 3: no quantity here)
+    leftovers = ((ref, "minor", "omitted"), (cand, "minor", "added"))
     for side, (values, severity, what) in enumerate(leftovers):
         if len(values) > len(pairs):
             paired = {pair[side] for pair in pairs}

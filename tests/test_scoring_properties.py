@@ -16,13 +16,15 @@ STATUS = st.sampled_from(["normal", "abnormal"])
 TIER = st.sampled_from(["critical", "urgent", "notable", "routine"])
 COMPARISON = st.sampled_from([None, "stable", "improving", "worsening", "new", "resolved"])
 # values on both sides of the clinical thresholds (docs/scoring.md 4.6) among them
-VALUES = [0, 0.49, 0.5, 0.52, 2, 2.4, 4.4, 5.5, 6.5, 10, 12, 15, 26, 29, 31, 50, 54, 55, 56, 81]
+# (and exactly at them: 0.5, 3 cm, 6, 8, 10, 29, 40, 55, 80)
+VALUES = [0, 0.49, 0.5, 0.52, 2, 2.4, 3, 4.4, 5.5, 6, 6.5, 8, 10, 12, 15, 26, 29, 31, 40, 50,
+          54, 55, 56, 80, 81]
 QUANTITY = st.sampled_from([None, None, *QUANTITIES])
 MEASUREMENT = st.builds(
     Measurement,
     value=st.sampled_from(VALUES),
-    unit=st.sampled_from([None, "mm", "cm", "hu", "pct", "%", "SUV"]),
-    category=st.sampled_from(["size", "count", "attenuation", "ratio", "other"]),
+    unit=st.sampled_from([None, "mm", "cm", "hu", "pct", "%", "SUV", "in"]),
+    category=st.sampled_from(["size", "count", "attenuation", "ratio", "position", "other"]),
     prior=st.booleans(),
     quantity=QUANTITY,
 )
@@ -122,9 +124,21 @@ def test_matched_outcomes_count_the_matched_units(rec):
     o = scores.outcomes
     assert o["cor"] + o["par"] + o["inc"] == matched
     assert o["mis"] + o["spu"] + o["generic"] == len(scores.units) - matched
-    assert scores.actionable_errors == sum(
-        u.outcome in ("INC", "MIS", "SPU") and u.tier != "routine" for u in scores.units
-    )
+    pred = {f.id: f for f in rec.stages.candidate_findings}
+
+    def unaddressed_negative(unit):  # section 5 (2026-12-02): an SPU of normal findings
+        return unit.outcome == "SPU" and all(
+            pred[i].clinical_status == "normal" for i in unit.pred_ids
+        )
+
+    counted = [
+        u.outcome in ("INC", "MIS", "SPU") and u.tier != "routine" and not unaddressed_negative(u)
+        for u in scores.units
+    ]
+    assert [u.actionable for u in scores.units] == counted
+    assert scores.actionable_errors == sum(counted)
+    assert sum(s["actionable_errors"] for name, s in scores.subsets.items()
+               if name in ("normal", "abnormal")) == scores.actionable_errors
 
 
 @COMMON
@@ -179,9 +193,18 @@ def majors(errors):
     return sum(e.severity == "major" for e in errors)
 
 
+def is_quantity_rule(error):
+    """A measurement error only a quantity makes: a crossed threshold, or an omitted value
+    that carries a quantity (rule 5, 2026-12-02: 'size 56 mm omitted: <quantity>')."""
+    return " crosses " in error.reasoning or (
+        " omitted: " in error.reasoning and error.severity == "major"
+    )
+
+
 @COMMON
 @given(pairs())
 def test_thresholds_only_turn_minor_into_major(rec):
+    # (and so do omitted values that carry a quantity: quantities only ever add majors)
     with_thresholds = score_record(rec).scores
     without = score_record(without_quantities(rec)).scores
     assert with_thresholds.actionable_errors >= without.actionable_errors
@@ -195,8 +218,24 @@ def test_thresholds_only_turn_minor_into_major(rec):
         (new_pooled, new_other), (old_pooled, old_other) = split_errors(new), split_errors(old)
         assert new_other == old_other
         assert len(new_pooled) == len(old_pooled) and majors(new_pooled) >= majors(old_pooled)
-        if not any(" crosses " in e.reasoning for e in new_pooled):  # no threshold, no change
+        if not any(is_quantity_rule(e) for e in new_pooled):  # no quantity rule, no change
             assert new.outcome == old.outcome
+
+
+@COMMON
+@given(pairs())
+def test_a_position_difference_never_makes_a_unit_incorrect(rec):
+    scored = score_record(rec).scores
+    no_positions = rec.model_copy(deep=True)
+    for finding in no_positions.stages.reference_findings + no_positions.stages.candidate_findings:
+        finding.measurements = [m for m in finding.measurements if m.category != "position"]
+    without = score_record(no_positions).scores
+    for unit, other in zip(scored.units, without.units):
+        position = [e for e in unit.errors if e.reasoning.startswith("position ")]
+        assert all(e.severity == "minor" for e in position)
+        if unit.outcome == "INC":  # it was INC without its position values too
+            assert other.outcome == "INC"
+        assert unit.actionable == other.actionable
 
 
 SIZE_QUANTITIES = [q for q in QUANTITIES if q != "cardiothoracic_ratio"]
@@ -222,9 +261,14 @@ def test_a_threshold_decides_a_pair_only_by_crossing(a, b, unit, quantity):
     plain = measurement_errors(*(without_quantities_of(ms) for ms in (ref, cand)))
     judged = measurement_errors(ref, cand)
     scale = 10 if unit == "cm" else 1
+    spec = CLINICAL_THRESHOLDS[quantity]
+
+    def above(value, t, side):  # the side of the table: where a value equal to t lies
+        return value >= t if side == ">=" else value > t
+
     crosses = any(
-        (round(a * scale, 6) > t) != (round(b * scale, 6) > t)
-        for t in CLINICAL_THRESHOLDS[quantity].thresholds
+        above(round(a * scale, 6), t, side) != above(round(b * scale, 6), t, side)
+        for t, side in zip(spec.thresholds, spec.sides)
     )
     if not plain:
         assert judged == []

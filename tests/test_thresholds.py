@@ -32,6 +32,16 @@ TABLE = {
     "solid_nodule_diameter": (6.0, 8.0),
     "pulmonary_artery_diameter": (29.0,),
 }
+# ... and the side of each threshold: where a value equal to it lies (">=": above it)
+SIDES = {
+    "cardiothoracic_ratio": (">",),
+    "mediastinal_width": (">",),
+    "ascending_aorta_diameter": (">=", ">="),
+    "abdominal_aorta_diameter": (">=", ">="),
+    "lymph_node_short_axis": (">=",),
+    "solid_nodule_diameter": (">=", ">"),
+    "pulmonary_artery_diameter": (">=",),
+}
 SIZES = [q for q in TABLE if q != "cardiothoracic_ratio"]
 
 
@@ -53,6 +63,7 @@ def severity(ref, cand):
 
 def test_the_data_file_holds_the_contracts_table():
     assert {q: spec.thresholds for q, spec in CLINICAL_THRESHOLDS.items()} == TABLE
+    assert {q: spec.sides for q, spec in CLINICAL_THRESHOLDS.items()} == SIDES
     assert {spec.unit for spec in CLINICAL_THRESHOLDS.values()} == {"mm", "fraction"}
     assert all(
         (spec.category, spec.unit) in {("size", "mm"), ("ratio", "fraction")}
@@ -65,7 +76,7 @@ def test_the_data_file_holds_the_contracts_table():
 
 @pytest.mark.parametrize("quantity", SIZES)
 def test_size_row_either_side_of_each_threshold_is_major(quantity):
-    for t in TABLE[quantity]:
+    for t, side in zip(TABLE[quantity], SIDES[quantity]):
         below, above = t - 0.5, t + 0.5  # 1 mm apart: minor by the size rule alone
         assert severity([m(below, "mm")], [m(above, "mm")]) == "minor"
         for ref, cand in ((below, above), (above, below)):
@@ -75,10 +86,15 @@ def test_size_row_either_side_of_each_threshold_is_major(quantity):
                     [mq(ref / scale, unit, quantity)], [mq(cand / scale, unit, quantity)]
                 )
                 assert result is not None and result[0] == "major", (quantity, t, unit, result)
-                assert f"{quantity} crosses {t:g} mm" in result[1]
-        # the side of t is value > t: t itself lies below it
-        assert severity([mq(t, "mm", quantity)], [mq(t + 0.5, "mm", quantity)]) == "major"
-        assert severity([mq(t - 0.5, "mm", quantity)], [mq(t, "mm", quantity)]) == "minor"
+                assert f"{quantity} crosses {side} {t:g} mm" in result[1]
+        # t itself lies on the side the table gives it (contract 3: ">=" puts it above)
+        t_is_above = side == ">="
+        assert severity([mq(t, "mm", quantity)], [mq(t + 0.5, "mm", quantity)]) == (
+            "minor" if t_is_above else "major"
+        )
+        assert severity([mq(t - 0.5, "mm", quantity)], [mq(t, "mm", quantity)]) == (
+            "major" if t_is_above else "minor"
+        )
 
 
 @pytest.mark.parametrize("quantity", SIZES)
@@ -103,7 +119,7 @@ def test_cardiothoracic_ratio_row_in_fractions_and_percent():
         sev, reasoning = compare(ref, cand)
         assert sev == "major"
         assert reasoning.endswith(
-            "cardiothoracic_ratio crosses 0.5 (cardiomegaly on a PA chest radiograph)"
+            "cardiothoracic_ratio crosses > 0.5 (cardiomegaly on a PA chest radiograph)"
         )
     same_side = [
         ([mq(0.51, None, q, "ratio")], [mq(0.55, None, q, "ratio")]),
@@ -120,21 +136,31 @@ def test_reasoning_names_the_threshold_and_its_meaning():
     assert sev == "major"
     assert (
         reasoning
-        == "size 54 mm -> 56 mm: ascending_aorta_diameter crosses 55 mm (surgical repair threshold)"
+        == "size 54 mm -> 56 mm: ascending_aorta_diameter crosses >= 55 mm"
+        " (surgical repair threshold)"
     )
     _, both = compare([mq(35, "mm", q)], [mq(56, "mm", q)])
-    assert both.endswith("crosses 40 mm (dilated) and 55 mm (surgical repair threshold)")
+    assert both.endswith("crosses >= 40 mm (dilated) and >= 55 mm (surgical repair threshold)")
     _, nodule = compare(
         [mq(5, "mm", "solid_nodule_diameter")], [mq(7, "mm", "solid_nodule_diameter")]
     )
-    assert nodule.endswith("solid_nodule_diameter crosses 6 mm (Fleischner follow-up categories)")
+    assert nodule.endswith(
+        "solid_nodule_diameter crosses >= 6 mm (Fleischner follow-up categories)"
+    )
+    _, large = compare(
+        [mq(8, "mm", "solid_nodule_diameter")], [mq(9, "mm", "solid_nodule_diameter")]
+    )
+    assert large.endswith("solid_nodule_diameter crosses > 8 mm (Fleischner follow-up categories)")
 
 
 def test_values_are_rounded_to_6_decimals_before_the_side_test():
-    q = "ascending_aorta_diameter"
-    assert severity([mq(54, "mm", q)], [mq(55.0000004, "mm", q)]) == "minor"  # 55.000000
-    assert severity([mq(54, "mm", q)], [mq(55.000001, "mm", q)]) == "major"
-    assert severity([mq(5.4, "cm", q)], [mq(5.50000004, "cm", q)]) == "minor"  # 55.0000004 mm
+    q = "ascending_aorta_diameter"  # >= 55: a value that rounds to 55 is above it
+    assert severity([mq(54, "mm", q)], [mq(54.9999996, "mm", q)]) == "major"  # 55.000000
+    assert severity([mq(54, "mm", q)], [mq(54.999998, "mm", q)]) == "minor"
+    assert severity([mq(5.4, "cm", q)], [mq(5.49999996, "cm", q)]) == "major"  # 54.9999996 mm
+    w = "mediastinal_width"  # > 80: a value that rounds to 80 is not above it
+    assert severity([mq(79, "mm", w)], [mq(80.0000004, "mm", w)]) == "minor"
+    assert severity([mq(79, "mm", w)], [mq(80.000001, "mm", w)]) == "major"
 
 
 def test_meanings_follow_the_thresholds():
@@ -173,7 +199,9 @@ def test_prior_values_are_left_out():
     )
     # a prior candidate value is not a partner: the reference 54 mm is simply omitted
     errors = measurement_errors([mq(54, "mm", q)], [mq(56, "mm", q, prior=True)])
-    assert [(e.severity, e.reasoning) for e in errors] == [("major", "size 54 mm omitted")]
+    assert [(e.severity, e.reasoning) for e in errors] == [
+        ("major", "size 54 mm omitted: ascending_aorta_diameter")
+    ]
     assert measurement_errors([mq(54, "mm", q, prior=True)], [mq(56, "mm", q, prior=True)]) == []
 
 
@@ -220,7 +248,7 @@ def test_tie_break_counts_a_threshold_crossing_as_a_major_error():
     for ref in ([mq(50, "mm", q), mq(72, "mm", q)], [mq(72, "mm", q), mq(50, "mm", q)]):
         errors = measurement_errors(ref, [mq(60, "mm", q)])
         assert sorted((e.severity, e.reasoning) for e in errors) == [
-            ("major", "size 50 mm omitted"),
+            ("major", "size 50 mm omitted: ascending_aorta_diameter"),
             ("minor", "size 72 mm -> 60 mm"),
         ]
     # without quantities the tie goes to the first value: 50 -> 60, and 72 omitted
@@ -248,7 +276,7 @@ def test_pairing_by_closeness_is_otherwise_unchanged():
     assert sorted((e.severity, e.reasoning) for e in errors) == [
         (
             "major",
-            "size 5.5 mm -> 6.5 mm: solid_nodule_diameter crosses 6 mm"
+            "size 5.5 mm -> 6.5 mm: solid_nodule_diameter crosses >= 6 mm"
             " (Fleischner follow-up categories)",
         ),
         ("minor", "size 9 mm -> 9.2 mm"),
@@ -285,7 +313,7 @@ def test_recompute_applies_the_thresholds_to_stored_records():
     assert recompute_lines(lines, out.write, summary) == []
     with_quantity, without = (parse_record(line) for line in out.getvalue().splitlines())
     assert with_quantity.scores.actionable_errors == 1
-    assert "crosses 55 mm" in with_quantity.scores.units[0].errors[0].reasoning
+    assert "crosses >= 55 mm" in with_quantity.scores.units[0].errors[0].reasoning
     assert without.scores == stored.scores  # no quantity: exactly as before
 
 
@@ -333,7 +361,10 @@ def test_docs_table_agrees_with_the_data_file():
     expected = []
     for entry in csv.DictReader(source.splitlines()):
         suffix = " mm" if entry["unit"] == "mm" else ""
-        thresholds = ", ".join(f"{t}{suffix}" for t in entry["thresholds"].split())
+        thresholds = ", ".join(
+            f"`{side} {t}{suffix}`"
+            for t, side in zip(entry["thresholds"].split(), entry["sides"].split())
+        )
         expected.append([f"`{entry['quantity']}`", entry["category"], thresholds, entry["meaning"]])
     assert doc_threshold_table() == expected
 
@@ -350,7 +381,7 @@ def test_dashboard_pair_view_shows_the_threshold_reasoning(tmp_path):
     (unit,) = pair["detail"]["units"]
     reasons = [e["reasoning"] for e in unit["errors"]]
     assert (
-        "size 54 mm -> 56 mm: ascending_aorta_diameter crosses 55 mm (surgical repair threshold)"
+        "size 54 mm -> 56 mm: ascending_aorta_diameter crosses >= 55 mm (surgical repair threshold)"
         in reasons
     )
     measured = [m_ for fnd in pair["detail"]["findings"] for m_ in fnd["measurements"]]

@@ -383,9 +383,13 @@ def _pair_error(a: Pooled, b: Pooled, family: Family) -> UnitError:
 
 
 def _unpaired(category: str, pooled: Pooled, what: str) -> UnitError:
-    """'size 12 mm omitted' (minor), 'size 56 mm omitted: ascending_aorta_diameter' (major)."""
+    """'size 12 mm omitted' (minor), 'size 56 mm omitted: ascending_aorta_diameter' (major).
+
+    A position value is never major, omitted or not (rule 5 table; JUDGE rule 12): no
+    quantity of section 4.6 is a position, so one that carries a quantity is mislabelled.
+    """
     quantity = pooled[2]
-    major = what == "omitted" and quantity is not None
+    major = what == "omitted" and quantity is not None and category != "position"
     reasoning = f"{category} {_fmt(pooled)} {what}"
     if major:
         reasoning += f": {quantity}"
