@@ -31,7 +31,8 @@ REQUIRED_ATTACKS = {
     "instruction", "incidental_label", "boilerplate", "history_section", "fake_findings_block", "html",
     "json", "fake_assistant_turn", "fake_system_message", "homoglyph", "long_report", "rate_routine",
     "copy_one_critical_error", "control_tokens", "history_injection", "negation_scope", "invisible_unicode",
-    "threshold_boundary",
+    "threshold_boundary", "device_malposition", "addendum", "unit_equivalence", "prior_swap",
+    "prior_report_in_findings",
 }
 
 
