@@ -146,7 +146,7 @@ def _read_csv(path: Path, cols: dict[str, str]) -> Iterator[tuple[str, Union[Pai
                 yield where, _pair_from_row(row, cols, where)
         except csv.Error as exc:  # a field past the limit, a NUL: the reader cannot go on
             raise InputError(
-                f"{path}: the row ending at line {reader.line_num} cannot be read as CSV ({exc}; "
+                f"{path}: the row at line {reader.line_num + 1} cannot be read as CSV ({exc}; "
                 f"a field may hold at most {csv.field_size_limit():,} characters)"
             ) from None
 
