@@ -451,6 +451,7 @@ def test_bidi_controls_are_shown_as_marks_in_chromium(tmp_path, scored):
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
     options.binary_location = td.CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     driver = webdriver.Chrome(service=Service(td.CHROMEDRIVER), options=options)
     try:
         td.open_page(driver, bidi_page(tmp_path, scored))
