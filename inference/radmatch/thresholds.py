@@ -60,7 +60,11 @@ class ClinicalQuantity:
 
 
 def _load() -> dict[str, ClinicalQuantity]:
-    text = resources.files(__package__).joinpath(TABLE_FILE).read_text(encoding="utf-8")
+    return parse_table(resources.files(__package__).joinpath(TABLE_FILE).read_text(encoding="utf-8"))
+
+
+def parse_table(text: str) -> dict[str, ClinicalQuantity]:
+    """The table from the CSV text of TABLE_FILE; a bad row is a ValueError naming its line."""
     table = {}
     for line_no, row in enumerate(csv.DictReader(text.splitlines()), 2):
         values = [float(t) for t in row["thresholds"].split()]

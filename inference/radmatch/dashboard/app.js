@@ -671,7 +671,10 @@
         el("header", null, el("span", { class: "idx-badge o-" + outcomeClass(u) }, String(u.index)), pill(u.outcome),
           el("span", { class: "tier" + (TRIAGE[u.tier] ? " triage" : "") }, u.tier + (TRIAGE[u.tier] ? " " + TRI : "")),
           el("span", { class: "kind" }, u.kind),
-          u.actionable ? el("span", { class: "actionable" }, "actionable error") : null),
+          u.actionable ? el("span", { class: "actionable" }, "actionable error") :
+            u.unaddressed_negative ? el("span", { class: "negative-note", title: "A negative the " +
+              "reference does not address: spurious, but it contradicts nothing, so it is not an actionable error." },
+              "unaddressed negative, not an error") : null),
         u.gt_ids.length ? el("div", { class: "side" }, el("div", { class: "lbl" }, "Reference"),
           el("ul", null, u.gt_ids.map(function (id) { return findingLine(fById[id], u); }))) : null,
         u.pred_ids.length ? el("div", { class: "side" }, el("div", { class: "lbl" }, "Candidate"),

@@ -25,7 +25,12 @@ from typing import Any
 from radmatch.record_io import BadLine, iter_lines
 from radmatch.records import Record
 from radmatch.scoring.results import SUBSETS, as_dict, vocabularies
-from radmatch.scoring.score import normalise_text, normalise_with_positions, unit_subsets
+from radmatch.scoring.score import (
+    is_unaddressed_negative,
+    normalise_text,
+    normalise_with_positions,
+    unit_subsets,
+)
 
 PathLike = str | Path
 _JUDGE_MAPS = ("prompt_version", "exemplars_used")  # stage -> value
@@ -382,7 +387,9 @@ def _ordered_units(units: list[Any], gt: list[Any], pred: list[Any]) -> list[dic
         subsets = unit_subsets(unit, members) if members else ()
         bits = sum(SUBSET_BITS[name] for name in subsets)
         item = as_dict(unit)
-        item.update(index=n, subset_bits=bits)
+        # an SPU of normal findings: shown as what it is, not as an error (scoring section 5)
+        negative = all(i in by_id for i in unit.pred_ids) and is_unaddressed_negative(unit, by_id)
+        item.update(index=n, subset_bits=bits, unaddressed_negative=negative)
         out.append(item)
     return out
 
