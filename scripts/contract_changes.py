@@ -57,6 +57,19 @@ RULES = {
 # --------------------------------------------------------------------------- the records
 
 
+def grading_stage(rows: list[tuple[str, str]], per_row: list[list[dict]]) -> Any:
+    """A stored grading stage in the format of the code this runs under: keyed `grades`
+    (since issue 26) or, at bdb6a1e, `errors_per_match` aligned with `pairs`."""
+    from radmatch.schemas import GradingStage
+
+    if "grades" in GradingStage.model_fields:
+        return GradingStage.model_validate({
+            "pairs": rows,
+            "grades": [{"pred_id": p, "gt_id": g, "errors": e} for (p, g), e in zip(rows, per_row)],
+        })
+    return GradingStage(pairs=rows, errors_per_match=per_row)
+
+
 def _fewshot_records(fewshots: Path) -> list[Any]:
     """Records from the match and grade exemplars: their findings, rows and grades."""
     from radmatch.records import Record, Stages
@@ -75,7 +88,7 @@ def _fewshot_records(fewshots: Path) -> list[Any]:
         else:  # keyed answers: {pred_id, gt_id, errors}
             by_key = {(g["pred_id"], g["gt_id"]): g["errors"] for g in output["grades"]}
             per_row = [by_key.get(key, []) for key in rows]
-        return GradingStage(pairs=rows, errors_per_match=per_row)
+        return grading_stage(rows, per_row)
 
     records = []
     for path in sorted(fewshots.glob("*/match.json")) + sorted(fewshots.glob("*/grade.json")):
@@ -144,7 +157,7 @@ def probe_records() -> list[Any]:
     values exactly at every threshold in mm, cm, fractions and percent; omitted values with
     and without a quantity; SPU units of normal and abnormal findings at every tier."""
     from radmatch.records import Record, Stages
-    from radmatch.schemas import Finding, GradingStage, MatchingAnswer, Measurement
+    from radmatch.schemas import Finding, MatchingAnswer, Measurement
     from radmatch.thresholds import CLINICAL_THRESHOLDS
 
     def finding(id_: str, status: str = "abnormal", tier: str = "notable", values=()) -> Finding:
@@ -165,7 +178,7 @@ def probe_records() -> list[Any]:
                     "unmatched_pred": [f.id for f in pred if all(f.id != p for p, _ in matched)],
                     "unmatched_gt": [f.id for f in gt if all(f.id != g for _, g in matched)],
                 }),
-                grading=GradingStage(pairs=list(rows), errors_per_match=[[] for _ in rows]),
+                grading=grading_stage(list(rows), [[] for _ in rows]),
             ),
         )
 

@@ -380,9 +380,9 @@ def test_the_dashboard_names_an_unaddressed_negative_and_a_threshold_side(tmp_pa
 
 def test_docs_log_the_contract_changes():
     text = (REPO / "docs" / "scoring.md").read_text("utf-8")
-    log = text[text.index("## Contract changes"):]
+    log = text[text.index("## Contract changes"):].lower()
     assert "2026-12-02" in log
-    for words in ("unaddressed negative", "`position`", "quantity", ">="):
+    for words in ("unaddressed negative", "`position`", "quantity", "`>=`", "side"):
         assert words in log, words
     readme = (REPO / "README.md").read_text("utf-8")
     assert "docs/scoring.md#contract-changes" in readme
