@@ -1,21 +1,32 @@
 #!/usr/bin/env python3
 """Check that a RadMatch judge server answers, and answers in constrained JSON.
 
-Standard library only: it runs on a bare workstation's python3.
+Runs on a bare workstation's python3 (standard library only); run with a python that
+can import RadMatch's answer models (serve/.venv after serve/install.sh, or RadMatch's
+own venv) it also checks what RadMatch will ask.
 
     python3 serve/check_judge.py --url http://127.0.0.1:8000 [--api-key-file F]
         [--model radmatch-judge] [--wait 600]
 
-Steps: GET /health (waiting up to --wait seconds for it), then one chat
-completion with a tiny JSON schema in the vLLM ``structured_outputs`` field,
-temperature 0 and a small token budget, and the answer validated against that
-schema. It prints one line starting with ``ready:`` or ``not ready:`` and exits
-with one of the codes below. The API key comes from --api-key-file, else from
-the RADMATCH_API_KEY environment variable; it is never printed.
+Steps: GET /health (waiting up to --wait seconds for it), then one chat completion
+with a tiny JSON schema in the vLLM ``structured_outputs`` field, temperature 0 and a
+small token budget, and the answer validated against that schema. Then, when the
+answer models can be imported (``--answer-schemas auto``, the default): the three
+answer schemas exactly as the client sends them, one token each, so that the server
+has compiled and cached their grammars before the first pair ("ready" means the first
+pair will not wait for a compile), and one real extraction (RadMatch's own
+instructions and exemplars, a made-up report, the server's default thinking setting)
+validated by RadMatch's answer model. It prints one line starting with ``ready:`` or
+``not ready:`` and exits with one of the codes below. The API key comes from
+--api-key-file, else from the RADMATCH_API_KEY environment variable; it is never
+printed. The check talks to the server directly: proxy variables (http_proxy, ...)
+are ignored, so the key never reaches a proxy, and a redirect is an error, not
+followed.
 
 Exit codes: 0 ready; 2 usage; 3 server down (no /health); 4 key refused (401/403);
-5 the model name is not served; 6 the answer is not valid JSON for the schema;
-7 any other HTTP or protocol error.
+5 the model name is not served; 6 the answer is not valid JSON for the schema (or,
+for the real extraction, not valid for RadMatch's answer model); 7 any other HTTP or
+protocol error; 8 the server's grammar compile limit was reached (HTTP 400).
 """
 
 from __future__ import annotations
@@ -27,8 +38,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
-READY, USAGE, DOWN, AUTH, NO_MODEL, BAD_ANSWER, OTHER = 0, 2, 3, 4, 5, 6, 7
+READY, USAGE, DOWN, AUTH, NO_MODEL, BAD_ANSWER, OTHER, COMPILE_LIMIT = 0, 2, 3, 4, 5, 6, 7, 8
+REPO = Path(__file__).resolve().parents[1]
 
 # The smallest schema that proves constrained decoding works end to end.
 SCHEMA = {
@@ -47,6 +60,17 @@ class CheckFailed(Exception):
         self.reason = reason
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is answered as it is (an error), never followed with the key to elsewhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+# No ProxyHandler entries: http_proxy/https_proxy/all_proxy are not consulted.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
 def _base_url(url: str) -> str:
     url = url.rstrip("/")
     return url.removesuffix("/v1")
@@ -63,7 +87,7 @@ def _request(
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with _OPENER.open(req, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -125,6 +149,50 @@ def _validate(content: object) -> None:
         )
 
 
+def _post_chat(base: str, body: dict, *, api_key: str | None, timeout: float, what: str) -> dict:
+    """POST a chat completion; any answer but a 200 chat completion raises CheckFailed."""
+    url = f"{base}/v1/chat/completions"
+    try:
+        status, raw = _request("POST", url, api_key=api_key, body=body, timeout=timeout)
+    except TimeoutError:
+        raise CheckFailed(OTHER, f"no answer to {what} within {timeout:g} s (--timeout)") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise CheckFailed(DOWN, f"server down: {url} ({getattr(exc, 'reason', exc)})") from None
+    if status in (401, 403):
+        hint = "wrong API key" if api_key else "the server requires an API key and none was given"
+        raise CheckFailed(AUTH, f"HTTP {status} from {url}: {hint}")
+    if status == 404:
+        served = _served_models(base, api_key, timeout)
+        raise CheckFailed(
+            NO_MODEL,
+            f"model {body['model']!r} is not served here (served: {', '.join(served) or 'unknown'}); "
+            "pass --model or set RADMATCH_MODEL",
+        )
+    message = _error_message(raw)
+    if status == 400 and compile_limit_reached(message):
+        raise CheckFailed(COMPILE_LIMIT, f"HTTP 400 for {what}: {COMPILE_LIMIT_HINT} ({message[:120]})")
+    if status != 200:
+        raise CheckFailed(OTHER, f"HTTP {status} from {url} for {what}: {message}")
+    try:
+        answer = json.loads(raw)
+        answer["choices"][0]["message"].get("content")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise CheckFailed(OTHER, f"not an OpenAI chat completion from {url}") from None
+    return answer
+
+
+# vLLM's words when a grammar compile outlives VLLM_REGEX_COMPILATION_TIMEOUT_S (a 400).
+COMPILE_LIMIT_HINT = (
+    "the server's grammar compile limit was reached: raise it with serve/start_vllm.sh "
+    "--compile-limit SECONDS (VLLM_REGEX_COMPILATION_TIMEOUT_S), or serve with the "
+    "xgrammar backend (start_vllm.sh's default)"
+)
+
+
+def compile_limit_reached(message: str) -> bool:
+    return "compilation timed out" in message.lower()
+
+
 def constrained_request(
     base: str, *, model: str, api_key: str | None, max_tokens: int, timeout: float
 ) -> dict:
@@ -137,36 +205,112 @@ def constrained_request(
         # A readiness probe need not think; templates without this flag ignore it.
         "chat_template_kwargs": {"enable_thinking": False},
     }
-    url = f"{base}/v1/chat/completions"
+    answer = _post_chat(base, body, api_key=api_key, timeout=timeout, what="the test schema")
+    choice = answer["choices"][0]
     try:
-        status, raw = _request("POST", url, api_key=api_key, body=body, timeout=timeout)
-    except (urllib.error.URLError, OSError) as exc:
-        raise CheckFailed(DOWN, f"server down: {url} ({getattr(exc, 'reason', exc)})") from None
-    if status in (401, 403):
-        hint = "wrong API key" if api_key else "the server requires an API key and none was given"
-        raise CheckFailed(AUTH, f"HTTP {status} from {url}: {hint}")
-    if status == 404:
-        served = _served_models(base, api_key, timeout)
-        raise CheckFailed(
-            NO_MODEL,
-            f"model {model!r} is not served here (served: {', '.join(served) or 'unknown'}); "
-            "pass --model or set RADMATCH_MODEL",
-        )
-    if status != 200:
-        raise CheckFailed(OTHER, f"HTTP {status} from {url}: {_error_message(raw)}")
-    try:
-        answer = json.loads(raw)
-        choice = answer["choices"][0]
-        content = choice["message"].get("content")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise CheckFailed(OTHER, f"not an OpenAI chat completion from {url}") from None
-    try:
-        _validate(content)
+        _validate(choice["message"].get("content"))
     except CheckFailed as exc:
         if choice.get("finish_reason") == "length":
             exc.reason += f"; the answer was cut at max_tokens={max_tokens}"
         raise
     return answer
+
+
+# ---- RadMatch's own answers ------------------------------------------------------
+
+# A made-up report (no patient's): RadMatch's extraction prompt around it is the real one.
+SAMPLE_REPORT = (
+    "FINDINGS: The heart is mildly enlarged. Small right pleural effusion. "
+    "No pneumothorax. A 9 mm nodule in the left upper lobe.\n"
+    "IMPRESSION: Mild cardiomegaly and a small right pleural effusion. Left upper lobe nodule."
+)
+SAMPLE_INDICATION = "Shortness of breath."
+
+
+class AnswerKit:
+    """What RadMatch's client sends and accepts, imported from this repository's package."""
+
+    def __init__(self) -> None:
+        inference = REPO / "inference"
+        if (inference / "radmatch").is_dir() and str(inference) not in sys.path:
+            sys.path.insert(0, str(inference))  # this repository's radmatch, not another install
+        from radmatch.config import SERVER_MAX_TOKENS
+        from radmatch.prompting import build_messages
+        from radmatch.schemas import SERVER_LIMITS, answer_models, validation_models
+
+        served = answer_models(SERVER_LIMITS)
+        # the schema each stage's request carries (Outlines sends the model's JSON schema)
+        self.schemas = {stage: served.for_stage(stage).model_json_schema()
+                        for stage in ("extract", "match", "grade")}
+        self.validator = validation_models(SERVER_LIMITS).extract
+        self.max_tokens = SERVER_MAX_TOKENS["extract"]
+        self.messages = build_messages(
+            "extract", "chest_xray", {"report": SAMPLE_REPORT, "indication": SAMPLE_INDICATION}
+        )
+
+
+def load_answer_kit() -> tuple[AnswerKit | None, str]:
+    try:
+        return AnswerKit(), ""
+    except ImportError as exc:
+        return None, f"{exc} (run this check with serve/.venv/bin/python or RadMatch's venv)"
+
+
+def compile_answer_schemas(
+    base: str, kit: AnswerKit, *, model: str, api_key: str | None, timeout: float
+) -> dict[str, float]:
+    """One single-token request per answer schema: the server compiles and caches each."""
+    took = {}
+    for stage, schema in kit.schemas.items():
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "Reply with JSON."}],
+            "temperature": 0,
+            "max_tokens": 1,
+            "structured_outputs": {"json": schema},
+            "chat_template_kwargs": {"enable_thinking": False},
+        }
+        started = time.monotonic()
+        _post_chat(base, body, api_key=api_key, timeout=timeout, what=f"the {stage} answer schema")
+        took[stage] = time.monotonic() - started
+    return took
+
+
+def real_extraction(
+    base: str, kit: AnswerKit, *, model: str, api_key: str | None, timeout: float
+) -> tuple[int, float]:
+    """One extraction as RadMatch sends it, with the server's default thinking setting
+    (no chat_template_kwargs), validated by RadMatch's answer model: (findings, seconds)."""
+    body = {
+        "model": model,
+        "messages": kit.messages,
+        "temperature": 0,
+        "max_tokens": kit.max_tokens,
+        "structured_outputs": {"json": kit.schemas["extract"]},
+    }
+    started = time.monotonic()
+    answer = _post_chat(base, body, api_key=api_key, timeout=timeout, what="a real extraction")
+    took = time.monotonic() - started
+    choice = answer["choices"][0]
+    content = choice["message"].get("content")
+    if not isinstance(content, str):
+        raise CheckFailed(BAD_ANSWER, "the real extraction came back with no text content")
+    try:
+        parsed = kit.validator.model_validate_json(content)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        errors = getattr(exc, "errors", list)()
+        first = errors[0] if errors else {}
+        where = ".".join(map(str, first.get("loc", ()))) or "the answer"
+        reason = (f"the real extraction is not a valid RadMatch answer ({where}: "
+                  f"{first.get('msg', str(exc)[:120])}); it starts {content[:60]!r}")
+        if not content.lstrip().startswith("{"):
+            reason += ("; text before the JSON: thinking text landed in the answer (check "
+                       "--reasoning-parser gemma4, or start with --thinking off)")
+        if choice.get("finish_reason") == "length":
+            reason += (f"; cut at max_tokens={kit.max_tokens}: a repetition loop, or "
+                       "thinking that used the whole budget")
+        raise CheckFailed(BAD_ANSWER, reason) from None
+    return len(parsed.findings), took
 
 
 def prefix_cache_hit_rate(base: str, timeout: float) -> str | None:
@@ -229,6 +373,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-tokens", type=int, default=64, help="token budget of the test answer (default: 64)"
     )
+    parser.add_argument(
+        "--answer-schemas",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="compile RadMatch's three answer schemas and run one real extraction: auto "
+        "(when this python can import RadMatch's answer models), on (required), off",
+    )
+    parser.add_argument(
+        "--answer-timeout",
+        type=float,
+        default=900.0,
+        help="seconds for each answer-schema request: a compile, or the real extraction "
+        "with thinking (default: 900)",
+    )
     args = parser.parse_args(argv)
 
     base = _base_url(args.url)
@@ -242,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.health_only:
             print(f"up: {base}/health answered")
             return READY
+        kit, missing = None, "not asked (--answer-schemas off)"
+        if args.answer_schemas != "off":
+            kit, missing = load_answer_kit()
+            if kit is None and args.answer_schemas == "on":
+                raise CheckFailed(USAGE, f"cannot import RadMatch's answer models: {missing}")
         answer = constrained_request(
             base,
             model=args.model,
@@ -249,12 +412,22 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=args.max_tokens,
             timeout=args.timeout,
         )
+        elapsed = time.monotonic() - started
+        if kit is not None:
+            kwargs = {"model": args.model, "api_key": api_key, "timeout": args.answer_timeout}
+            compiled = compile_answer_schemas(base, kit, **kwargs)
+            findings, took = real_extraction(base, kit, **kwargs)
     except CheckFailed as exc:
         print(f"not ready: {exc.reason}", file=sys.stderr)
         return exc.code
-    elapsed = time.monotonic() - started
     served = answer.get("model", args.model)
     line = f"ready: {served} at {base} answered schema-valid JSON in {elapsed:.1f} s"
+    if kit is None:
+        line += f"; RadMatch's answer schemas not checked: {missing}"
+    else:
+        times = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in compiled.items())
+        line += (f"; answer schemas compiled ({times}); a real extraction with the server's "
+                 f"default thinking gave {findings} valid finding(s) in {took:.1f} s")
     rate = prefix_cache_hit_rate(base, timeout=10.0)
     if rate:
         line += f"; prefix-cache hit rate {rate}"

@@ -27,6 +27,10 @@
 #   --thinking on|off    Gemma 4's thinking when a request does not say (default on;
 #                        a client's --no-thinking still turns it off per request)
 #                        [RADMATCH_THINKING: 1/0/true/false/yes/no/on/off]
+#   --grammar-backend B  constrained decoding: xgrammar (default: RadMatch's schemas
+#                        compile in about a second) or outlines [RADMATCH_GRAMMAR_BACKEND]
+#   --compile-limit S    seconds a grammar compile may take before vLLM answers HTTP 400
+#                        (default 600; 0: no limit) [RADMATCH_COMPILE_LIMIT_S]
 #   --log-file F         server log [RADMATCH_LOG_FILE]
 #                        (default ~/.local/state/radmatch/radmatch-judge.log)
 #   --url URL            with --check-only: the server [RADMATCH_BASE_URL]
@@ -37,10 +41,15 @@
 # runs `vllm serve` with the `vllm` next to it; default serve/.venv/bin/vllm, else
 # `vllm` on PATH), GPU_MEMORY_UTILIZATION (default 0.92), HF_HOME / HF_HUB_CACHE.
 #
+# Before starting, it checks what vLLM 0.33.0 needs: Python 3.11-3.14, an NVIDIA
+# driver R580 or newer (CUDA 13), GPUs of compute capability 8.0 or newer; it picks
+# the KV cache's type from the compute capability (FP8 from 8.9, else BF16).
+#
 # Exit codes: 0 ready (or dry run printed); 2 usage; 3 the GPUs cannot hold the
 # profile; 4 weights or the vllm executable not found; 5 the server did not come
 # up; 6 it came up but failed the readiness check (see serve/check_judge.py for
-# its own codes).
+# its own codes); 7 this machine's software cannot run vLLM 0.33.0 (Python, NVIDIA
+# driver or GPU generation; a dry run says which and exits 7 too).
 set -euo pipefail
 
 # ---- Model profiles --------------------------------------------------------
@@ -72,6 +81,17 @@ readonly DEFAULT_MAX_MODEL_LEN=16384
 readonly DEFAULT_SERVED_NAME=radmatch-judge
 readonly HEALTH_TIMEOUT_S=${RADMATCH_HEALTH_TIMEOUT_S:-1800}  # loading 31B + compiling
 
+# What the pinned vLLM (serve/requirements.txt) needs from this machine.
+readonly VLLM_VERSION=0.33.0
+readonly PYTHON_MIN_MINOR=11 PYTHON_MAX_MINOR=14  # Python 3.11-3.14 (the wheel's Requires-Python)
+readonly DRIVER_MIN_MAJOR=580                     # the wheel links CUDA 13: driver R580+
+readonly CC_MIN=80       # compute capability x10: BF16 and FP8 weight kernels (Ampere+)
+readonly CC_FP8_KV=89    # FP8 KV cache: vLLM's Triton attention (Gemma 4) refuses it below 8.9
+# Grammar compiles: RadMatch's extraction schema took 1 s with xgrammar and about
+# 2 minutes with outlines for a 262k vocabulary on 2 cores (BENCHMARKS.md); past the
+# limit vLLM answers HTTP 400 and every pair would fail.
+readonly DEFAULT_COMPILE_LIMIT_S=600
+
 SERVE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SERVE_DIR
 
@@ -87,6 +107,8 @@ TP=${RADMATCH_TP:-}
 DP=${RADMATCH_DP:-}
 MAX_MODEL_LEN=${RADMATCH_MAX_MODEL_LEN:-$DEFAULT_MAX_MODEL_LEN}
 THINKING=${RADMATCH_THINKING:-on}
+GRAMMAR_BACKEND=${RADMATCH_GRAMMAR_BACKEND:-xgrammar}
+COMPILE_LIMIT_S=${RADMATCH_COMPILE_LIMIT_S:-$DEFAULT_COMPILE_LIMIT_S}
 LOG_FILE=${RADMATCH_LOG_FILE:-}
 CHECK_URL=""
 GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
@@ -96,6 +118,8 @@ PROFILE_ID="" PROFILE_WEIGHTS_MIB=0 PROFILE_KV_MIB=0 PROFILE_DESC=""
 GPU_COUNT=0 GPU_MIN_MIB=0 GPU_NAME="" GPU_PROBLEM=""
 FIT_TP=0 TP_SOURCE="" DP_SOURCE="" IDLE_GPUS=0
 WEIGHTS_MISSING=0 VLLM_EXE="" VLLM_FOUND=0
+PYTHON_EXE="" PYTHON_VERSION="" DRIVER_VERSION="" GPU_CC=0 GPU_CC_TEXT="" KV_CACHE_DTYPE=""
+SOFTWARE_PROBLEMS=()
 API_KEY="" API_KEY_SOURCE="" API_KEY_PENDING=""
 SERVER_PID=""
 CMD=()
@@ -206,6 +230,124 @@ detect_gpus() {
     done <<<"$out"
     ((GPU_COUNT > 0)) || GPU_PROBLEM="nvidia-smi lists no usable GPU"
 }
+
+# The driver version and the lowest compute capability of the GPUs in use, from
+# `nvidia-smi --query-gpu=driver_version,compute_cap` (restricted to
+# CUDA_VISIBLE_DEVICES as above; drivers before 2021 know no compute_cap field).
+# Sets DRIVER_VERSION, GPU_CC (x10, 0 when unknown) and GPU_CC_TEXT.
+detect_driver() {
+    local out index=0 driver cap cc visible=",${CUDA_VISIBLE_DEVICES:-},"
+    out=$(nvidia-smi --query-gpu=driver_version,compute_cap --format=csv,noheader 2>/dev/null) \
+        || out=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null) \
+        || return 0
+    while IFS=, read -r driver cap; do
+        driver=${driver//[[:space:]]/} cap=${cap//[[:space:]]/}
+        [[ $driver =~ ^[0-9]+(\.[0-9]+)*$ ]] || continue
+        if [[ ${CUDA_VISIBLE_DEVICES:-} =~ ^[0-9,]+$ && $visible != *",$index,"* ]]; then
+            index=$((index + 1))
+            continue
+        fi
+        index=$((index + 1))
+        DRIVER_VERSION=$driver
+        if [[ $cap =~ ^([0-9]+)\.([0-9])$ ]]; then
+            cc=$((BASH_REMATCH[1] * 10 + BASH_REMATCH[2]))
+            if ((GPU_CC == 0 || cc < GPU_CC)); then
+                GPU_CC=$cc GPU_CC_TEXT=$cap
+            fi
+        fi
+    done <<<"$out"
+}
+
+# The driver and the GPU generation against what vLLM needs; the KV cache's type.
+# Problems are collected in SOFTWARE_PROBLEMS (a start refuses, a dry run lists them).
+check_driver_and_gpus() {
+    local major=${DRIVER_VERSION%%.*}
+    if [[ -z $DRIVER_VERSION ]]; then
+        log "warning: nvidia-smi gave no driver version; vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer"
+    elif ((major < DRIVER_MIN_MAJOR)); then
+        SOFTWARE_PROBLEMS+=("NVIDIA driver $DRIVER_VERSION is too old: vLLM $VLLM_VERSION is built for CUDA 13 (libcudart.so.13), which needs driver R$DRIVER_MIN_MAJOR or newer.
+  Fix: install the R$DRIVER_MIN_MAJOR (or newer) driver for these GPUs (Ubuntu: sudo apt install nvidia-driver-$DRIVER_MIN_MAJOR-open, or the
+  nvidia-driver-$DRIVER_MIN_MAJOR package; or NVIDIA's CUDA 13 repository), reboot, and check that nvidia-smi shows $DRIVER_MIN_MAJOR.xx or newer.")
+    fi
+    if ((GPU_CC == 0)); then
+        KV_CACHE_DTYPE=auto  # unknown generation: the model's BF16, which every supported GPU runs
+    elif ((GPU_CC < CC_MIN)); then
+        SOFTWARE_PROBLEMS+=("$GPU_NAME has compute capability $GPU_CC_TEXT: vLLM runs Gemma 4 in BF16 with FP8 weights, which need 8.0 or newer (A100, L40S, RTX 30/40/50 series, H100).
+  Fix: run the judge on newer GPUs and point RADMATCH_BASE_URL at them.")
+        KV_CACHE_DTYPE=auto
+    elif ((GPU_CC < CC_FP8_KV)); then
+        KV_CACHE_DTYPE=auto
+    else
+        KV_CACHE_DTYPE=fp8
+    fi
+}
+
+# The python that runs vLLM (VLLM_PYTHON, else the one next to the vllm found, else
+# python3 on PATH, which would make serve/.venv) against the wheel's Python range.
+check_python() {
+    local minor
+    if [[ -n ${VLLM_PYTHON:-} ]]; then
+        PYTHON_EXE=$VLLM_PYTHON
+    elif ((VLLM_FOUND)) && [[ -x $(dirname "$VLLM_EXE")/python ]]; then
+        PYTHON_EXE=$(dirname "$VLLM_EXE")/python
+    else
+        PYTHON_EXE=$(command -v python3 2>/dev/null || true)
+    fi
+    [[ -n $PYTHON_EXE ]] || PYTHON_EXE=python3
+    PYTHON_VERSION=$("$PYTHON_EXE" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || true)
+    if [[ ! $PYTHON_VERSION =~ ^3\.([0-9]+)\. ]]; then
+        ((VLLM_FOUND == 0)) || log "warning: cannot tell the version of $PYTHON_EXE"
+        PYTHON_VERSION=""
+        return 0
+    fi
+    minor=${BASH_REMATCH[1]}
+    if ((minor < PYTHON_MIN_MINOR || minor > PYTHON_MAX_MINOR)); then
+        SOFTWARE_PROBLEMS+=("$PYTHON_EXE is Python $PYTHON_VERSION: vLLM $VLLM_VERSION needs Python 3.$PYTHON_MIN_MINOR-3.$PYTHON_MAX_MINOR (Ubuntu 22.04's python3 is 3.10).
+  Fix: install one (Ubuntu 22.04: sudo apt install python3.11 python3.11-venv; or uv python install 3.12) and
+  make serve/.venv with it: serve/install.sh --python python3.11")
+    fi
+}
+
+# One line each: the software checks and the decisions taken from them.
+software_lines() {
+    local kv_why
+    if [[ -n $PYTHON_VERSION ]]; then
+        echo "python: $PYTHON_EXE $PYTHON_VERSION (vLLM $VLLM_VERSION needs 3.$PYTHON_MIN_MINOR-3.$PYTHON_MAX_MINOR)"
+    else
+        echo "python: $PYTHON_EXE (version unknown; vLLM $VLLM_VERSION needs 3.$PYTHON_MIN_MINOR-3.$PYTHON_MAX_MINOR)"
+    fi
+    echo "NVIDIA driver: ${DRIVER_VERSION:-unknown} (vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer for CUDA 13)"
+    if ((GPU_CC == 0)); then
+        kv_why="compute capability unknown: BF16, which every supported GPU runs"
+        echo "compute capability: unknown (nvidia-smi has no compute_cap field)"
+    elif ((GPU_CC >= CC_FP8_KV)); then
+        kv_why="compute capability $GPU_CC_TEXT >= 8.9"
+        echo "compute capability: $GPU_CC_TEXT ($GPU_NAME): FP8 weights on native FP8 kernels"
+    else
+        kv_why="FP8 needs 8.9 or newer: Gemma 4's Triton attention refuses it on $GPU_CC_TEXT; the same KV memory holds half the tokens"
+        echo "compute capability: $GPU_CC_TEXT ($GPU_NAME): FP8 weights on weight-only kernels (Marlin W8A16), slower than on 8.9+"
+    fi
+    echo "KV cache: $([[ $KV_CACHE_DTYPE == fp8 ]] && echo FP8 || echo "BF16 (--kv-cache-dtype auto)") ($kv_why)"
+    compile_line
+}
+
+compile_line() {
+    local limit="limit $COMPILE_LIMIT_S s (VLLM_REGEX_COMPILATION_TIMEOUT_S; past it vLLM answers HTTP 400)"
+    ((COMPILE_LIMIT_S > 0)) || limit="no time limit (VLLM_REGEX_COMPILATION_TIMEOUT_S=0)"
+    if [[ $GRAMMAR_BACKEND == xgrammar ]]; then
+        echo "grammar: xgrammar, compact JSON (disable_any_whitespace); JSON schemas compile without vLLM's limit," \
+            "regex requests with $limit; the readiness check compiles RadMatch's three schemas before 'ready'"
+    else
+        echo "grammar: outlines, each compile with $limit; compiled schemas kept on disk in $(outlines_cache_dir)" \
+            "(VLLM_V1_USE_OUTLINES_CACHE) for the next start; the readiness check compiles RadMatch's three schemas before 'ready'"
+        if ((COMPILE_LIMIT_S > 0 && COMPILE_LIMIT_S < 300)); then
+            echo "warning: a compile limit of $COMPILE_LIMIT_S s is below what outlines needed for RadMatch's extraction schema" \
+                "(about 2 minutes for a 262k vocabulary on 2 cores): expect HTTP 400; raise --compile-limit or use --grammar-backend xgrammar"
+        fi
+    fi
+}
+
+outlines_cache_dir() { echo "${XDG_CACHE_HOME:-$HOME/.cache}/radmatch/outlines"; }
 
 # The memory arithmetic of the current profile at tensor parallelism $1.
 explain_memory() {
@@ -486,11 +628,15 @@ build_command() {
         HF_HUB_DISABLE_TELEMETRY=1
         VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 DO_NOT_TRACK=1
         VLLM_LOGGING_LEVEL=INFO  # DEBUG would log prompts, i.e. report text
-        # The outlines backend compiles each JSON schema to an automaton; RadMatch's
-        # extraction schema takes a few seconds on a workstation CPU, vLLM's default
-        # limit is 5 s (then HTTP 500). Compiled schemas are cached by the server.
-        "VLLM_REGEX_COMPILATION_TIMEOUT_S=${VLLM_REGEX_COMPILATION_TIMEOUT_S:-60}"
+        # vLLM's default compile limit is 5 s, then HTTP 400 for the request; outlines
+        # needs minutes for RadMatch's extraction schema with Gemma's 262k vocabulary.
+        "VLLM_REGEX_COMPILATION_TIMEOUT_S=$COMPILE_LIMIT_S"
     )
+    # outlines: keep compiled schemas on disk (the key of the cache is schema and
+    # vocabulary), so that a restart does not compile for minutes again. The folder is
+    # the judge's own (mode 0700): vLLM warns not to share it with untrusted clients.
+    [[ $GRAMMAR_BACKEND != outlines ]] \
+        || SERVER_ENV+=(VLLM_V1_USE_OUTLINES_CACHE=1 "OUTLINES_CACHE_DIR=$(outlines_cache_dir)")
     # The key travels in the environment, not on the command line (ps shows that).
     [[ -z $API_KEY ]] || SERVER_ENV+=("VLLM_API_KEY=$API_KEY")
     CMD=(
@@ -503,11 +649,13 @@ build_command() {
     ((DP == 1)) || CMD+=(--data-parallel-size "$DP")
     CMD+=(
         --quantization fp8_per_tensor
-        --kv-cache-dtype fp8
+        --kv-cache-dtype "$KV_CACHE_DTYPE"
         --gpu-memory-utilization "$GPU_UTIL"
         --max-model-len "$MAX_MODEL_LEN"
         --enable-prefix-caching
-        --structured-outputs-config.backend outlines
+        # text only: the vision (and audio) towers are not loaded (about 0.7 GiB less)
+        --language-model-only
+        --structured-outputs-config "$(structured_outputs_config)"
         --reasoning-parser gemma4
         # Gemma 4's chat template thinks only when asked (enable_thinking); this is
         # the server's answer for requests that do not ask, which is RadMatch's default.
@@ -517,12 +665,23 @@ build_command() {
     )
 }
 
+# xgrammar also drops optional whitespace between JSON tokens (fewer decode steps);
+# vLLM allows that for xgrammar and guidance only.
+structured_outputs_config() {
+    if [[ $GRAMMAR_BACKEND == xgrammar ]]; then
+        echo '{"backend":"xgrammar","disable_any_whitespace":true}'
+    else
+        echo '{"backend":"outlines"}'
+    fi
+}
+
 print_dry_run() {
     local var arg
     echo "# RadMatch judge, dry run: nothing was started or written."
     echo "# profile $PROFILE: $PROFILE_DESC"
     plan_lines | sed 's/^/# /'
     explain_memory "$TP" | sed 's/^/#/'
+    software_lines | sed 's/^/# /'
     if ((WEIGHTS_MISSING)); then
         weights_help | sed 's/^/# /'
     else
@@ -552,6 +711,20 @@ print_dry_run() {
         fi
     done
     echo
+    if ((${#SOFTWARE_PROBLEMS[@]})); then
+        printf '# refused: %s\n' "${SOFTWARE_PROBLEMS[@]}"
+        die 7 "this machine cannot run vLLM $VLLM_VERSION (see 'refused' above)"
+    fi
+}
+
+# A start stops here when the software cannot run vLLM.
+refuse_software_problems() {
+    local problem
+    ((${#SOFTWARE_PROBLEMS[@]})) || return 0
+    for problem in "${SOFTWARE_PROBLEMS[@]}"; do
+        log "error: $problem"
+    done
+    exit 7
 }
 
 # ---- Running ----------------------------------------------------------------
@@ -562,11 +735,19 @@ check_url() {
     echo "http://$host:$PORT"
 }
 
-# Readiness check: the constrained request of serve/check_judge.py.
+# Readiness check: the constrained requests of serve/check_judge.py, run by the python
+# of vLLM's venv (it can import RadMatch's answer models), else python3.
 run_check() {
-    local url=$1
+    local url=$1 python=python3
     shift
-    python3 "$SERVE_DIR/check_judge.py" --url "$url" --model "$SERVED_NAME" "$@"
+    if [[ -n ${VLLM_PYTHON:-} && -x ${VLLM_PYTHON:-} ]]; then
+        python=$VLLM_PYTHON
+    elif ((VLLM_FOUND)) && [[ -x $(dirname "$VLLM_EXE")/python ]]; then
+        python=$(dirname "$VLLM_EXE")/python
+    elif [[ -x $SERVE_DIR/.venv/bin/python ]]; then
+        python=$SERVE_DIR/.venv/bin/python
+    fi
+    "$python" "$SERVE_DIR/check_judge.py" --url "$url" --model "$SERVED_NAME" "$@"
 }
 
 stop_server() {
@@ -583,6 +764,11 @@ start_server() {
     plan_lines | while IFS= read -r line; do log "$line"; done
     log "starting $PROFILE on $HOST:$PORT (TP $TP x DP $DP) with $VLLM_EXE serve; API key: $API_KEY_SOURCE"
     log "server output goes to $LOG_FILE"
+    software_lines | while IFS= read -r line; do log "$line"; done
+    if [[ $GRAMMAR_BACKEND == outlines ]]; then
+        mkdir -p "$(outlines_cache_dir)"
+        chmod 700 "$(outlines_cache_dir)"
+    fi
     env "${SERVER_ENV[@]}" "${CMD[@]}" >>"$LOG_FILE" 2>&1 &
     SERVER_PID=$!
     trap 'stop_server; exit 143' TERM INT
@@ -599,9 +785,11 @@ start_server() {
         ((SECONDS < deadline)) || die 5 "no /health after ${HEALTH_TIMEOUT_S} s; see $LOG_FILE"
         sleep 2
     done
-    log "/health answered; sending one constrained request"
+    log "/health answered; checking constrained decoding, compiling RadMatch's answer schemas, one real extraction"
     # The key reaches the check through its environment, never its arguments.
-    if ! RADMATCH_API_KEY=$API_KEY run_check "$url" 2>&1 | tee -a "$LOG_FILE" >&2; then
+    if ! RADMATCH_API_KEY=$API_KEY run_check "$url" --answer-schemas on \
+        --answer-timeout $((COMPILE_LIMIT_S > 0 ? COMPILE_LIMIT_S + 300 : 1800)) 2>&1 \
+        | tee -a "$LOG_FILE" >&2; then
         die 6 "the server is up but failed the readiness check"
     fi
     log "the judge is ready: RADMATCH_BASE_URL=$url/v1 RADMATCH_MODEL=$SERVED_NAME"
@@ -626,6 +814,8 @@ parse_args() {
             --dp) DP=${2:?--dp needs a value} DP_SOURCE=--dp; shift ;;
             --max-model-len) MAX_MODEL_LEN=${2:?--max-model-len needs a value}; shift ;;
             --thinking) THINKING=${2:?--thinking needs on or off}; shift ;;
+            --grammar-backend) GRAMMAR_BACKEND=${2:?--grammar-backend needs xgrammar or outlines}; shift ;;
+            --compile-limit) COMPILE_LIMIT_S=${2:?--compile-limit needs seconds}; shift ;;
             --log-file) LOG_FILE=${2:?--log-file needs a value}; shift ;;
             --url) CHECK_URL=${2:?--url needs a value}; shift ;;
             -h | --help) usage; exit 0 ;;
@@ -640,6 +830,10 @@ parse_args() {
         0 | false | no | off) THINKING=off ;;
         *) die 2 "--thinking (RADMATCH_THINKING) must be on or off, got '$THINKING'" ;;
     esac
+    [[ $GRAMMAR_BACKEND == xgrammar || $GRAMMAR_BACKEND == outlines ]] \
+        || die 2 "--grammar-backend (RADMATCH_GRAMMAR_BACKEND) must be xgrammar or outlines, got '$GRAMMAR_BACKEND'"
+    is_uint "$COMPILE_LIMIT_S" \
+        || die 2 "--compile-limit (RADMATCH_COMPILE_LIMIT_S) must be a number of seconds (0: no limit), got '$COMPILE_LIMIT_S'"
     [[ $GPU_UTIL =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] \
         || die 2 "GPU_MEMORY_UTILIZATION must be a fraction such as 0.92, got '$GPU_UTIL'"
     [[ -z $TP ]] || [[ " ${TP_CHOICES[*]} " == *" $TP "* ]] \
@@ -661,13 +855,17 @@ main() {
     load_profile "$PROFILE"
     detect_gpus
     choose_parallelism
+    detect_driver
+    check_driver_and_gpus
     resolve_model_dir
     resolve_vllm
+    check_python
     resolve_api_key
     build_command
     if [[ $MODE == dry-run ]]; then
         print_dry_run
     else
+        refuse_software_problems
         start_server
     fi
 }

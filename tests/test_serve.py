@@ -31,8 +31,13 @@ START = REPO / "serve" / "start_vllm.sh"
 CHECK = REPO / "serve" / "check_judge.py"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
-RTX_5090 = ("NVIDIA GeForce RTX 5090", 32607)  # memory.total in MiB, as nvidia-smi prints it
-H100_80GB = ("NVIDIA H100 80GB HBM3", 81559)
+# name, memory.total in MiB (as nvidia-smi prints them) and compute capability
+RTX_5090 = ("NVIDIA GeForce RTX 5090", 32607, "12.0")
+H100_80GB = ("NVIDIA H100 80GB HBM3", 81559, "9.0")
+L40S = ("NVIDIA L40S", 46068, "8.9")
+A100_80GB = ("NVIDIA A100-SXM4-80GB", 81920, "8.0")
+V100_32GB = ("Tesla V100-SXM2-32GB", 32768, "7.0")
+DRIVER_OK = "580.95.05"
 
 # A stand-in for `vllm serve MODEL ...`: /health, /v1/models and chat completions
 # answering STUB_ANSWER; it requires VLLM_API_KEY when that is set.
@@ -49,6 +54,11 @@ STUB_SERVER = textwrap.dedent(
     template_defaults = json.loads(opt("--default-chat-template-kwargs", "{}"))
     key = os.environ.get("VLLM_API_KEY")
     answer = os.environ.get("STUB_ANSWER", '{"ready": true}')
+    extraction = os.environ.get("STUB_EXTRACTION", json.dumps({"findings": [{
+        "text": "Mild cardiomegaly.", "clinical_status": "abnormal",
+        "clinical_significance": "notable", "evidence": ["The heart is mildly enlarged."]}]}))
+    compile_timeout = os.environ.get("STUB_COMPILE_TIMEOUT")  # a schema title
+    record = os.environ.get("STUB_RECORD")  # a file: one JSON line per chat request
     if os.environ.get("STUB_CRASH"):
         print("stub: failed to load the model", flush=True)
         sys.exit(1)
@@ -86,9 +96,23 @@ STUB_SERVER = textwrap.dedent(
             if body.get("model") != model:
                 self.reply(404, {"error": {"message": "model not found"}})
                 return
-            assert body["structured_outputs"]["json"]["required"] == ["ready"]
+            schema = body["structured_outputs"]["json"]
+            thinking = {**template_defaults, **body.get("chat_template_kwargs", {})}
+            if record:
+                with open(record, "a") as fh:
+                    fh.write(json.dumps({"body": body, "thinking": thinking}) + "\\n")
+            if compile_timeout and schema.get("title") == compile_timeout:  # vLLM's 400 past its compile limit
+                self.reply(400, {"error": {"message": "Regex compilation timed out after 60s. "
+                                 "The pattern may be too complex ...", "type": "BadRequestError",
+                                 "code": 400}})
+                return
+            content, finish = answer, "stop"
+            if schema.get("required") != ["ready"]:
+                content, finish = "{", "length"  # a one-token answer
+                if schema.get("title") == "ExtractionAnswer" and body["max_tokens"] > 1:
+                    content, finish = extraction, "stop"
             self.reply(200, {"model": model, "choices": [
-                {"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+                {"message": {"role": "assistant", "content": content}, "finish_reason": finish}
             ]})
 
     print(f"stub: chat template defaults {json.dumps(template_defaults, sort_keys=True)}", flush=True)
@@ -101,8 +125,15 @@ STUB_SERVER = textwrap.dedent(
 # ---- helpers -----------------------------------------------------------------
 
 
-def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]] | None) -> None:
-    """nvidia-smi printing one `name, MiB` line per GPU; None: a driver failure."""
+def fake_nvidia_smi(
+    bin_dir: Path,
+    gpus: list[tuple[str, int, str]] | None,
+    driver: str = DRIVER_OK,
+    knows_compute_cap: bool = True,
+) -> None:
+    """nvidia-smi answering `--query-gpu=name,memory.total` with one `name, MiB` line per
+    GPU and `--query-gpu=driver_version,compute_cap` with `driver, cc` lines (drivers
+    before 2021 refuse the compute_cap field); None: a driver failure."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     if gpus is None:
         body = (
@@ -110,10 +141,30 @@ def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, int]] | None) -> None:
             'driver."\nexit 9\n'
         )
     else:
-        body = "".join(f"echo '{name}, {mib}'\n" for name, mib in gpus)
+        names = "".join(f"echo '{name}, {mib}'\n" for name, mib, _ in gpus)
+        caps = "".join(f"echo '{driver}, {cc}'\n" for _, _, cc in gpus)
+        drivers = "".join(f"echo '{driver}'\n" for _ in gpus)
+        if not knows_compute_cap:
+            caps = "echo 'Field \"compute_cap\" is not a valid field to query.'; exit 2\n"
+        body = (
+            f'case "$*" in\n*compute_cap*)\n{caps};;\n*driver_version*)\n{drivers};;\n'
+            f"*)\n{names};;\nesac\n"
+        )
     script = bin_dir / "nvidia-smi"
     script.write_text("#!/bin/sh\n" + body)
     script.chmod(0o755)
+
+
+def fake_python(path: Path, version: str) -> Path:
+    """A python that reports `version` when asked for it and is this python otherwise."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *version_info*) echo {version}; exit 0 ;; esac\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
 
 
 @pytest.fixture
@@ -141,8 +192,13 @@ def run(args: list[str], env: dict[str, str], timeout: float = 30) -> subprocess
     )
 
 
-def dry_run(tmp_path: Path, env: dict[str, str], gpus, *args: str) -> subprocess.CompletedProcess:
-    fake_nvidia_smi(tmp_path / "bin", gpus)
+def dry_run(
+    tmp_path: Path, env: dict[str, str], gpus, *args: str, **smi: object
+) -> subprocess.CompletedProcess:
+    fake_nvidia_smi(tmp_path / "bin", gpus, **smi)
+    # python3 on PATH (the one serve/install.sh would use) fits vLLM unless a test says not
+    if not (tmp_path / "bin" / "python3").exists():
+        fake_python(tmp_path / "bin" / "python3", "3.12.3")
     return run(["--dry-run", *args], env)
 
 
@@ -325,7 +381,8 @@ def test_command_has_the_vllm_flags_and_no_telemetry(tmp_path, env):
     cmd = command_line(result.stdout)
     assert option(cmd, "--quantization") == "fp8_per_tensor"
     assert option(cmd, "--kv-cache-dtype") == "fp8"
-    assert option(cmd, "--structured-outputs-config.backend") == "outlines"
+    assert structured_outputs_config(cmd) == {"backend": "xgrammar", "disable_any_whitespace": True}
+    assert " --language-model-only" in cmd  # no vision or audio tower on the GPUs
     assert option(cmd, "--reasoning-parser") == "gemma4"
     assert option(cmd, "--generation-config") == "vllm"
     assert option(cmd, "--served-model-name") == "radmatch-judge"
@@ -342,6 +399,173 @@ def test_command_has_the_vllm_flags_and_no_telemetry(tmp_path, env):
         "HF_HUB_DISABLE_TELEMETRY=1",
     ):
         assert var in exports
+
+
+def structured_outputs_config(cmd: str) -> dict:
+    """--structured-outputs-config as vLLM parses it (JSON)."""
+    args = shlex.split(cmd)
+    return json.loads(args[args.index("--structured-outputs-config") + 1])
+
+
+def exports(out: str) -> dict[str, str]:
+    return dict(re.findall(r"^export ([A-Z_0-9]+)=(.*)$", out, flags=re.MULTILINE))
+
+
+# ---- what vLLM 0.33.0 needs from the machine: Python, driver, GPU generation ---------
+
+
+@pytest.mark.parametrize(
+    ("version", "fits"),
+    [("3.10.12", False), ("3.11.2", True), ("3.14.0", True), ("3.15.1", False)],
+)
+def test_python_outside_vllms_range_is_refused(tmp_path, env, version, fits):
+    env["VLLM_PYTHON"] = str(fake_python(tmp_path / "venv" / "bin" / "python", version))
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert f"# python: {env['VLLM_PYTHON']} {version} (vLLM 0.33.0 needs 3.11-3.14)" in result.stdout
+    if fits:
+        assert result.returncode == 0, result.stderr
+        assert "refused" not in result.stdout
+    else:
+        assert result.returncode == 7
+        assert f"# refused: {env['VLLM_PYTHON']} is Python {version}: vLLM 0.33.0 needs Python 3.11-3.14" in result.stdout
+        assert "serve/install.sh --python python3.11" in result.stdout
+        assert "cannot run vLLM 0.33.0" in result.stderr
+        assert command_line(result.stdout)  # the rest of the plan is still shown
+
+
+def test_python3_on_path_is_what_the_install_would_use(tmp_path, env):
+    fake_python(tmp_path / "bin" / "python3", "3.10.12")  # Ubuntu 22.04's
+    result = dry_run(tmp_path, env, [H100_80GB])
+    if (REPO / "serve" / ".venv" / "bin" / "vllm").exists():
+        pytest.skip("serve/.venv has vLLM: its python is the one checked")
+    assert result.returncode == 7
+    assert "Ubuntu 22.04's python3 is 3.10" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("driver", "refused"),
+    [("575.57.08", True), ("570.153.02", True), ("580.65.06", False), ("590.12", False)],
+)
+def test_a_driver_older_than_r580_is_refused_with_the_fix(tmp_path, env, driver, refused):
+    result = dry_run(tmp_path, env, [RTX_5090] * 2, driver=driver)
+    assert f"# NVIDIA driver: {driver} (vLLM 0.33.0 needs R580 or newer for CUDA 13)" in result.stdout
+    if refused:
+        assert result.returncode == 7
+        assert f"# refused: NVIDIA driver {driver} is too old" in result.stdout
+        assert "install the R580 (or newer) driver" in result.stdout
+        assert "nvidia-driver-580" in result.stdout
+    else:
+        assert result.returncode == 0, result.stderr
+
+
+def test_a_start_with_an_old_driver_stops_before_vllm(tmp_path, env, stub_vllm):
+    fake_nvidia_smi(tmp_path / "bin", [H100_80GB], driver="575.57.08")
+    model_dir = tmp_path / "weights"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    log_file = tmp_path / "judge.log"
+    env["VLLM_PYTHON"] = str(stub_vllm.parent / "python")
+    result = run(["--model-dir", str(model_dir), "--log-file", str(log_file)], env)
+    assert result.returncode == 7
+    assert "NVIDIA driver 575.57.08 is too old" in result.stderr
+    assert "stub: serving" not in (log_file.read_text() if log_file.exists() else "")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "kv", "words"),
+    [
+        ([RTX_5090] * 2, "fp8", "compute capability: 12.0 (NVIDIA GeForce RTX 5090): FP8 weights on native FP8 kernels"),
+        ([H100_80GB], "fp8", "compute capability: 9.0"),
+        ([L40S], "fp8", "compute capability: 8.9"),
+        ([A100_80GB], "auto", "compute capability: 8.0 (NVIDIA A100-SXM4-80GB): FP8 weights on weight-only kernels (Marlin W8A16)"),
+        ([L40S, A100_80GB], "auto", "compute capability: 8.0"),  # the oldest GPU decides
+    ],
+    ids=["5090", "H100", "L40S", "A100", "L40S+A100"],
+)
+def test_kv_cache_type_follows_the_compute_capability(tmp_path, env, gpus, kv, words):
+    result = dry_run(tmp_path, env, gpus)
+    assert result.returncode == 0, result.stderr
+    assert option(command_line(result.stdout), "--kv-cache-dtype") == kv
+    assert f"# {words}" in result.stdout
+    if kv == "fp8":
+        assert "# KV cache: FP8 (compute capability" in result.stdout
+    else:
+        assert "# KV cache: BF16 (--kv-cache-dtype auto) (FP8 needs 8.9 or newer" in result.stdout
+
+
+def test_cuda_visible_devices_choose_whose_compute_capability_counts(tmp_path, env):
+    env["CUDA_VISIBLE_DEVICES"] = "1"
+    result = dry_run(tmp_path, env, [A100_80GB, H100_80GB])
+    assert result.returncode == 0, result.stderr
+    assert option(command_line(result.stdout), "--kv-cache-dtype") == "fp8"
+
+
+def test_gpus_before_ampere_are_refused(tmp_path, env):
+    result = dry_run(tmp_path, env, [V100_32GB] * 2)
+    assert result.returncode == 7
+    assert "# refused: Tesla V100-SXM2-32GB has compute capability 7.0" in result.stdout
+    assert "need 8.0 or newer" in result.stdout
+
+
+def test_an_nvidia_smi_without_compute_cap_gets_a_bf16_kv_cache(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB], knows_compute_cap=False)
+    assert result.returncode == 0, result.stderr
+    assert option(command_line(result.stdout), "--kv-cache-dtype") == "auto"
+    assert "# compute capability: unknown" in result.stdout
+    assert f"# NVIDIA driver: {DRIVER_OK}" in result.stdout
+
+
+# ---- grammar backend and compile limit -----------------------------------------------
+
+
+def test_xgrammar_by_default_with_a_raised_compile_limit(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert result.returncode == 0, result.stderr
+    assert exports(result.stdout)["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "600"  # vLLM's own: 5
+    assert "VLLM_V1_USE_OUTLINES_CACHE" not in result.stdout
+    assert "# grammar: xgrammar, compact JSON (disable_any_whitespace)" in result.stdout
+    assert "compiles RadMatch's three schemas before 'ready'" in result.stdout
+
+
+def test_outlines_backend_keeps_compiled_schemas_on_disk(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB], "--grammar-backend", "outlines")
+    assert result.returncode == 0, result.stderr
+    cache = Path(env["HOME"]) / ".cache" / "radmatch" / "outlines"
+    assert structured_outputs_config(command_line(result.stdout)) == {"backend": "outlines"}
+    assert exports(result.stdout)["VLLM_V1_USE_OUTLINES_CACHE"] == "1"
+    assert exports(result.stdout)["OUTLINES_CACHE_DIR"] == str(cache)
+    assert "# grammar: outlines, each compile with limit 600 s" in result.stdout
+    assert "warning" not in result.stdout
+    assert not cache.exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize(
+    ("args", "limit", "words"),
+    [
+        (["--compile-limit", "0"], "0", "no time limit (VLLM_REGEX_COMPILATION_TIMEOUT_S=0)"),
+        (["--compile-limit", "1200"], "1200", "limit 1200 s"),
+        (["--grammar-backend", "outlines", "--compile-limit", "60"], "60",
+         "warning: a compile limit of 60 s is below what outlines needed"),
+    ],
+    ids=["lifted", "raised", "outlines-too-low"],
+)
+def test_compile_limit_can_be_set(tmp_path, env, args, limit, words):
+    result = dry_run(tmp_path, env, [H100_80GB], *args)
+    assert result.returncode == 0, result.stderr
+    assert exports(result.stdout)["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == limit
+    assert words in result.stdout
+    env["RADMATCH_COMPILE_LIMIT_S"] = limit
+    again = dry_run(tmp_path, env, [H100_80GB], *args[:-2])
+    assert exports(again.stdout)["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == limit
+
+
+def test_bad_grammar_settings_are_usage_errors(tmp_path, env):
+    bad = dry_run(tmp_path, env, [H100_80GB], "--grammar-backend", "guidance")
+    assert bad.returncode == 2
+    assert "must be xgrammar or outlines, got 'guidance'" in bad.stderr
+    bad = dry_run(tmp_path, env, [H100_80GB], "--compile-limit", "ten")
+    assert bad.returncode == 2
+    assert "--compile-limit (RADMATCH_COMPILE_LIMIT_S) must be a number" in bad.stderr
 
 
 def thinking_default(result: subprocess.CompletedProcess) -> bool:
@@ -573,6 +797,8 @@ def stub_vllm(tmp_path: Path) -> Path:
     launcher = venv_bin / "vllm"
     launcher.write_text(f'#!/bin/sh\nshift\nexec "{sys.executable}" "{server}" "$@"\n')
     launcher.chmod(0o755)
+    # the venv's python (it runs the readiness check): this one, which has pydantic
+    (venv_bin / "python").symlink_to(sys.executable)
     return launcher
 
 
@@ -627,12 +853,16 @@ def stub(stub_vllm):
         proc.wait(timeout=10)
 
 
-def check(url: str, *args: str, key: str | None = None) -> subprocess.CompletedProcess:
+def check(
+    url: str, *args: str, key: str | None = None, python: tuple[str, ...] = (sys.executable,),
+    **extra_env: str,
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RADMATCH_")}
+    env.update(extra_env)
     if key:
         env["RADMATCH_API_KEY"] = key
     return subprocess.run(
-        [sys.executable, str(CHECK), "--url", url, *args],
+        [*python, str(CHECK), "--url", url, *args],
         env=env,
         check=False,
         capture_output=True,
@@ -702,6 +932,129 @@ def test_check_only_mode_reads_the_key_file(stub, tmp_path, env):
     assert "ready:" in result.stdout
 
 
+# ---- RadMatch's own schemas and a real extraction ------------------------------------
+
+
+def recorded(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_check_compiles_the_client_schemas_and_runs_a_real_extraction(stub, tmp_path):
+    from radmatch.config import SERVER_MAX_TOKENS
+    from radmatch.judges.openai_compat import OpenAICompatibleJudge
+    from radmatch.prompts import load_instructions
+    from radmatch.schemas import SERVER_LIMITS, answer_models
+
+    record = tmp_path / "requests.jsonl"
+    url = stub(STUB_RECORD=str(record))
+    result = check(url)
+    assert result.returncode == 0, result.stderr
+    assert "answer schemas compiled (extract " in result.stdout
+    assert "a real extraction with the server's default thinking gave 1 valid finding(s)" in result.stdout
+
+    requests = recorded(record)
+    assert len(requests) == 5  # the test schema, three answer schemas, one extraction
+    client = OpenAICompatibleJudge(base_url=url + "/v1", model="radmatch-judge")
+    models = answer_models(SERVER_LIMITS)
+    for request, stage in zip(requests[1:4], ["extract", "match", "grade"]):
+        sent = request["body"]["structured_outputs"]["json"]
+        wanted = client.constraint(models.for_stage(stage))["structured_outputs"]["json"]
+        # byte for byte what the client sends: the server's grammar cache is keyed on it
+        assert json.dumps(sent) == json.dumps(wanted)
+        assert request["body"]["max_tokens"] == 1
+    extraction = requests[4]["body"]
+    assert "chat_template_kwargs" not in extraction  # the server's default thinking
+    assert extraction["max_tokens"] == SERVER_MAX_TOKENS["extract"]
+    assert extraction["messages"][0] == {"role": "system", "content": load_instructions("extract")}
+    assert len(extraction["messages"]) > 3  # the exemplars too: the prompt RadMatch sends
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (('{"findings": [{"text": "Effusion.", "clinical_status": "present", '
+         '"clinical_significance": "notable"}]}'), "(findings.0.clinical_status: "),
+        ('{"findings": [{"text": "' + "x" * 500 + '", "clinical_status": "abnormal", '
+         '"clinical_significance": "notable"}]}', "(findings.0.text: "),
+        ('The user wants findings. {"findings": []}', "thinking text landed in the answer"),
+    ],
+    ids=["wrong-enum", "over-the-canonical-cap", "thinking-in-content"],
+)
+def test_check_validates_the_extraction_with_radmatchs_answer_model(stub, answer, words):
+    url = stub(STUB_EXTRACTION=answer)
+    result = check(url)
+    assert result.returncode == 6, result.stderr
+    assert "the real extraction is not a valid RadMatch answer" in result.stderr
+    assert words in result.stderr
+
+
+def test_check_names_a_compile_limit_reached(stub):
+    url = stub(STUB_COMPILE_TIMEOUT="MatchingAnswer")
+    result = check(url)
+    assert result.returncode == 8
+    assert "HTTP 400 for the match answer schema: the server's grammar compile limit was reached" in result.stderr
+    assert "--compile-limit" in result.stderr
+
+
+def test_check_says_when_it_cannot_import_the_answer_models(stub):
+    url = stub()
+    bare = check(url, python=(sys.executable, "-S"))  # no site-packages: no pydantic
+    assert bare.returncode == 0, bare.stderr
+    assert "RadMatch's answer schemas not checked: No module named" in bare.stdout
+    required = check(url, "--answer-schemas", "on", python=(sys.executable, "-S"))
+    assert required.returncode == 2
+    assert "cannot import RadMatch's answer models" in required.stderr
+    off = check(url, "--answer-schemas", "off")
+    assert "not asked (--answer-schemas off)" in off.stdout
+
+
+# ---- proxies: the check talks to its server directly -----------------------------
+
+
+@contextlib.contextmanager
+def recording_proxy():
+    """An HTTP proxy on loopback that records each request (and its Authorization
+    header) and answers 502 without forwarding anything."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    seen: list[tuple[str, str, str | None]] = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _record(self):
+            seen.append((self.command, self.path, self.headers.get("Authorization")))
+            self.send_response(502)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = do_CONNECT = _record
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def proxy_env(proxy: str) -> dict[str, str]:
+    names = ("http_proxy", "https_proxy", "all_proxy")
+    return {**{n: proxy for n in names}, **{n.upper(): proxy for n in names},
+            "no_proxy": "", "NO_PROXY": ""}
+
+
+def test_check_never_goes_through_a_proxy(stub):
+    url = stub(key="k-123")
+    with recording_proxy() as (proxy, seen):
+        result = check(url, key="k-123", **proxy_env(proxy))
+    assert result.returncode == 0, result.stderr
+    assert seen == []  # neither the requests nor the key reached the proxy
+
+
 # ---- a real start, with a stub in place of vLLM --------------------------------
 
 
@@ -756,6 +1109,16 @@ def test_start_waits_for_health_checks_and_stops_on_sigterm(tmp_path, env, stub_
     assert "k-789" not in log + "".join(lines)
     # the argument reached `vllm serve` as the JSON vLLM parses: Gemma 4 thinks by default
     assert 'stub: chat template defaults {"enable_thinking": true}' in log
+
+
+def test_a_start_behind_proxy_variables_still_sees_its_own_server(tmp_path, env, stub_vllm):
+    with recording_proxy() as (proxy, seen):
+        env.update(proxy_env(proxy))
+        env["RADMATCH_API_KEY"] = "k-proxy-0123"
+        with started_judge(tmp_path, env, stub_vllm) as lines:
+            assert any(ln.startswith("ready: radmatch-judge") for ln in lines)
+            assert any("answer schemas compiled" in ln for ln in lines)
+    assert seen == []
 
 
 def test_thinking_can_be_turned_off_for_the_whole_server(tmp_path, env, stub_vllm):
