@@ -1217,3 +1217,63 @@ def test_real_server_without_a_key_is_refused(vllm_server):
     result = check(vllm_server.base_url, "--model", vllm_server.model)
     assert result.returncode == 4
     assert "requires an API key" in result.stderr
+
+
+# ---- the client, when the server's compile limit is reached ----------------------------
+
+
+def test_client_names_the_compile_limit_when_vllm_answers_400(tmp_path):
+    """vLLM answers HTTP 400 when a schema's grammar outlives its compile limit: the
+    pair's error says so and names the fix, instead of a bare 400."""
+    import asyncio
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from radmatch.judges.base import JudgeError, TransientJudgeError
+    from radmatch.judges.openai_compat import OpenAICompatibleJudge
+    from radmatch.schemas import SERVER_LIMITS, answer_models
+
+    posts = []
+
+    class VLLM(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            posts.append(self.path)
+            body = json.dumps({"error": {
+                "message": "Regex compilation timed out after 60s. The pattern may be too "
+                "complex or contain constructs that cause exponential state-space explosion "
+                "(e.g. nested quantifiers). Pattern: \\\\{[ ]?\"findings\"",
+                "type": "BadRequestError", "param": None, "code": 400}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), VLLM)
+    Thread(target=server.serve_forever, daemon=True).start()
+    judge = OpenAICompatibleJudge(
+        base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", model="radmatch-judge"
+    )
+
+    async def one_call():
+        try:
+            await judge.generate([{"role": "user", "content": "x"}],
+                                 answer_models(SERVER_LIMITS).extract, max_tokens=16)
+        finally:
+            await judge.aclose()
+
+    try:
+        with pytest.raises(JudgeError) as caught:
+            asyncio.run(one_call())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not isinstance(caught.value, TransientJudgeError)  # final: retrying cannot help
+    message = str(caught.value)
+    assert "the server's grammar compile limit was reached" in message
+    assert "--compile-limit" in message and "xgrammar" in message
+    assert posts == ["/v1/chat/completions"]

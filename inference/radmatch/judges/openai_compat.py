@@ -232,6 +232,13 @@ class OpenAICompatibleJudge:
                 f"HTTP 400 from the judge server: the prompt and answer budget exceed its "
                 f"context{self._context_note()} ({detail})"
             )
+        if status == 400 and "compilation timed out" in detail.lower():  # vLLM's words
+            raise JudgeError(
+                "HTTP 400 from the judge server: the server's grammar compile limit was "
+                "reached compiling this stage's answer schema: raise it (serve/start_vllm.sh "
+                "--compile-limit, VLLM_REGEX_COMPILATION_TIMEOUT_S) or serve with xgrammar, "
+                f"start_vllm.sh's default ({detail[:80]})"
+            )
         raise JudgeError(f"HTTP {status} from the judge server: {detail}")
 
     def _context_note(self) -> str:
