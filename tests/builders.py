@@ -46,9 +46,10 @@ def grading(entries: dict[tuple[str, str], list[tuple[str, str]]]) -> GradingSta
     """{(pred_id, gt_id): [(dimension, severity), ...]} -> a stored grading stage."""
     return GradingStage(
         pairs=list(entries),
-        errors_per_match=[
-            [{"dimension": d, "severity": s, "reasoning": f"{d} differs"} for d, s in errs]
-            for errs in entries.values()
+        grades=[
+            {"pred_id": p, "gt_id": g,
+             "errors": [{"reasoning": f"{d} differs", "dimension": d, "severity": s} for d, s in errs]}
+            for (p, g), errs in entries.items()
         ],
     )
 

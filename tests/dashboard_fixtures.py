@@ -59,11 +59,11 @@ def make_record(
     graded = [(p, g) for p, g, s, _ in rows if s != "generic"]
     grading = GradingStage(
         pairs=graded,
-        errors_per_match=[
-            [
-                {"dimension": d, "severity": sv, "reasoning": why}
+        grades=[
+            {"pred_id": key[0], "gt_id": key[1], "errors": [
+                {"reasoning": why, "dimension": d, "severity": sv}
                 for d, sv, why in grades.get(key, [])
-            ]
+            ]}
             for key in graded
         ],
     )
@@ -430,6 +430,6 @@ def degraded(record: Record) -> Record:
             unmatched_pred=[f.id for f in record.stages.candidate_findings or []],
             unmatched_gt=[f.id for f in record.stages.reference_findings or []],
         ),
-        "grading": GradingStage(pairs=[], errors_per_match=[]),
+        "grading": GradingStage(pairs=[], grades=[]),
     })
     return score_record(record.model_copy(update={"stages": stages, "scores": None}))

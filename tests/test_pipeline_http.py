@@ -147,7 +147,7 @@ def test_grading_answer_of_the_wrong_length_is_retried_once(tmp_path):
         (record,) = run_once(server, tmp_path, [PairInput(reference=REFERENCE, candidate=CANDIDATES[0])],
                              cache=False, retries=1)
     assert record.scores is None
-    assert record.error.startswith("grade: the grade answer does not have one error list per matched row")
+    assert record.error.startswith("grade: the grade answer has no entry for row(s) ")
     assert record.stages.matching is not None  # the stages that finished are kept
 
 

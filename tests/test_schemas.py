@@ -1,6 +1,7 @@
 """Answer models: one definition, caps per judge profile, and validation on arrival."""
 
 import json
+import re
 
 import pytest
 from pydantic import ValidationError
@@ -28,7 +29,7 @@ def test_served_schemas_leave_outer_lists_and_strings_free(stage):
     text = schema_text(SERVER_LIMITS, stage, rows=3)
     assert "maxLength" not in text
     schema = json.loads(text)
-    for key in ("findings", "matches", "errors_per_match"):
+    for key in ("findings", "matches", "grades"):
         if key in schema["properties"]:
             assert "maxItems" not in schema["properties"][key]
 
@@ -42,8 +43,11 @@ def test_small_model_schema_caps_every_list_and_string():
     unit = extract["$defs"]["Measurement"]["properties"]["unit"]["anyOf"][0]
     assert unit["maxLength"] == SMALL_MODEL_LIMITS.unit
     grade = json.loads(schema_text(SMALL_MODEL_LIMITS, "grade", rows=3))
-    assert grade["properties"]["errors_per_match"]["minItems"] == 3
-    assert grade["properties"]["errors_per_match"]["maxItems"] == 3
+    assert grade["properties"]["grades"]["minItems"] == 3
+    assert grade["properties"]["grades"]["maxItems"] == 3
+    entry = grade["$defs"]["GradeEntry"]["properties"]
+    assert list(entry) == ["pred_id", "gt_id", "errors"]
+    assert entry["errors"]["maxItems"] == SMALL_MODEL_LIMITS.errors_per_match
 
 
 def test_every_profile_is_the_one_definition_with_other_caps():
@@ -83,13 +87,34 @@ def test_a_served_answer_is_validated_against_the_canonical_caps_too():
         validator.model_validate({"findings": [{**FINDING, "measurements": [value] * 9}]})
 
 
-def test_grading_is_held_to_one_list_per_row_whatever_the_grammar():
-    validator = validation_models(SERVER_LIMITS).for_stage("grade", rows=2)
-    with pytest.raises(ValidationError):
-        validator.model_validate({"errors_per_match": [[]]})
-    validator.model_validate({"errors_per_match": [[], []]})
-    # the served grammar itself does not fix the length (a bounded repetition is costly)
+def grades(*rows):
+    return {"grades": [{"pred_id": p, "gt_id": g, "errors": []} for p, g in rows]}
+
+
+def test_grading_is_held_to_every_row_sent_once_by_id_whatever_the_grammar():
+    sent = [("p_1", "gt_1"), ("p_2", "gt_3")]
+    validator = validation_models(SERVER_LIMITS).for_stage("grade", rows=sent)
+    validator.model_validate(grades(("p_1", "gt_1"), ("p_2", "gt_3")))
+    validator.model_validate(grades(("p_2", "gt_3"), ("p_1", "gt_1")))  # keyed: order is free
+    for wrong, why in (
+        (grades(("p_1", "gt_1")), "no entry for row(s) p_2-gt_3"),
+        (grades(("p_1", "gt_1"), ("p_2", "gt_3"), ("p_1", "gt_1")), "p_1-gt_1 more than once"),
+        # a skipped row plus an extra one elsewhere: positional answers misaligned silently
+        (grades(("p_1", "gt_1"), ("p_2", "gt_2")), "p_2-gt_2, a row that was not sent"),
+    ):
+        with pytest.raises(ValidationError, match=re.escape(why)):
+            validator.model_validate(wrong)
+    # the served grammar itself fixes neither the length nor the ids (bounded repetition is costly)
     assert "minItems" not in schema_text(SERVER_LIMITS, "grade", rows=2)
+    assert "const" not in schema_text(SMALL_MODEL_LIMITS, "grade", rows=2)
+
+
+def test_grading_errors_give_their_reasoning_before_the_verdict():
+    for limits in (CANONICAL_LIMITS, SERVER_LIMITS, SMALL_MODEL_LIMITS):
+        schema = json.loads(schema_text(limits, "grade"))
+        assert list(schema["$defs"]["GradingError"]["properties"]) == ["reasoning", "dimension", "severity"]
+    row = json.loads(schema_text(CANONICAL_LIMITS, "match"))["$defs"]["MatchRow"]["properties"]
+    assert list(row).index("reasoning") < list(row).index("match_scope")
 
 
 def test_ids_must_look_like_pipeline_ids():

@@ -175,8 +175,9 @@ def test_grading_with_unknown_dimension_or_severity_is_ignored_and_recorded():
     gt, pred = [f("gt_1")], [f("p_1")]
     grade = GradingStage(
         pairs=[("p_1", "gt_1")],
-        errors_per_match=[[{"dimension": "laterality", "severity": "major", "reasoning": "x"},
-                           {"dimension": "location", "severity": "critical", "reasoning": "x"}]],
+        grades=[{"pred_id": "p_1", "gt_id": "gt_1", "errors": [
+            {"reasoning": "x", "dimension": "laterality", "severity": "major"},
+            {"reasoning": "x", "dimension": "location", "severity": "critical"}]}],
     )
     scores, repairs = score(gt, pred, matching([row("p_1", "gt_1")]), grade)
     assert scores.units[0].outcome == "COR"

@@ -90,7 +90,9 @@ def pairs(draw):
         )
         for _ in graded
     ]
-    grade = GradingStage(pairs=graded, errors_per_match=errors)
+    grade = GradingStage(pairs=graded, grades=[
+        {"pred_id": p, "gt_id": g, "errors": e} for (p, g), e in zip(graded, errors)
+    ])
     return record("prop", gt, pred, match, grade, "finding 1. finding 2.", "finding 1.")
 
 
@@ -158,7 +160,7 @@ def test_order_of_findings_and_rows_changes_no_score(rec, rnd: random.Random):
     rnd.shuffle(order)
     st_.grading = GradingStage(
         pairs=[st_.grading.pairs[i] for i in order],
-        errors_per_match=[st_.grading.errors_per_match[i] for i in order],
+        grades=[st_.grading.grades[i] for i in order],
     )
     again = score_record(shuffled)
     assert again.scores == base.scores

@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
@@ -129,7 +129,7 @@ class JudgeCalls:
         user_input: dict[str, Any],
         spend: PairSpend,
         *,
-        rows: Optional[int] = None,
+        rows: Optional[Sequence[tuple[str, str]]] = None,
         sample: int = 0,
     ) -> BaseModel:
         """The stage's validated answer for `user_input`, from the cache or the judge.
@@ -282,7 +282,9 @@ def _invalid_cause(stage: str, exc: Exception) -> str:
             f"the {stage} answer is not valid JSON (a truncated answer means its token "
             "budget was too small)"
         )
-    if first["type"] in ("too_short", "too_long") and first["loc"][:1] == ("errors_per_match",) and len(first["loc"]) == 1:
-        return f"the grade answer does not have one error list per matched row ({first['msg']})"
+    if first["type"] in ("too_short", "too_long") and first["loc"] == ("grades",):
+        return f"the grade answer does not have one entry per matched row ({first['msg']})"
+    if first["type"] == "value_error" and not first["loc"]:  # the rows check of a grading answer
+        return str(first["ctx"]["error"])
     where = ".".join(str(p) for p in first["loc"]) or "(answer)"
     return f"the {stage} answer does not fit its schema ({where}: {first['msg']})"

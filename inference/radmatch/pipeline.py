@@ -232,7 +232,7 @@ class Evaluator:
         started = time.perf_counter()
 
         def asker(sample: int) -> Callable[..., Any]:
-            def ask(stage: str, user_input: dict[str, Any], rows: Optional[int] = None) -> Any:
+            def ask(stage: str, user_input: dict[str, Any], rows: Optional[list[tuple[str, str]]] = None) -> Any:
                 return self.calls.ask(stage, modality, user_input, spend, rows=rows, sample=sample)
             return ask
 

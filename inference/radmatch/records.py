@@ -16,7 +16,7 @@ from radmatch.schemas import Finding, GradingStage, MatchingAnswer
 from radmatch.scoring.results import Scores
 from radmatch.vocabulary import STAGES, check_modality
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # a later radmatch may add keys; they survive a rewrite. NaN and infinity are refused:
 # JSON has no such numbers (they would be written as null, which no reader accepts)
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
@@ -227,8 +227,44 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _keyed_grading(grading: Any, where: str) -> Any:
+    if not isinstance(grading, dict) or "errors_per_match" not in grading:
+        return grading
+    pairs, answers = grading.get("pairs") or [], grading["errors_per_match"] or []
+    if not isinstance(pairs, list) or not isinstance(answers, list) or len(pairs) != len(answers):
+        raise ValueError(
+            f"{where}: errors_per_match has {len(answers) if isinstance(answers, list) else '?'} "
+            f"entries but pairs has {len(pairs) if isinstance(pairs, list) else '?'}; they must align"
+        )
+    keyed = {k: v for k, v in grading.items() if k != "errors_per_match"}
+    keyed["grades"] = [
+        {"pred_id": row[0], "gt_id": row[1], "errors": errors}
+        for row, errors in zip(pairs, answers)
+        if isinstance(row, (list, tuple)) and len(row) == 2
+    ]
+    if len(keyed["grades"]) != len(pairs):
+        raise ValueError(f"{where}: every entry of pairs must be a [pred_id, gt_id] pair")
+    return keyed
+
+
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 stored grading positionally (`errors_per_match[i]` belongs to `pairs[i]`);
+    version 3 keys each entry by its row: `grades: [{pred_id, gt_id, errors}]`."""
+    stages = data.get("stages")
+    if isinstance(stages, dict) and "grading" in stages:
+        data["stages"] = {**stages, "grading": _keyed_grading(stages["grading"], "stages.grading")}
+    for i, sample in enumerate(data.get("samples") or []):
+        sample_stages = sample.get("stages") if isinstance(sample, dict) else None
+        if isinstance(sample_stages, dict) and "grading" in sample_stages:
+            sample["stages"] = {
+                **sample_stages,
+                "grading": _keyed_grading(sample_stages["grading"], f"samples.{i}.stages.grading"),
+            }
+    return data
+
+
 # version N -> function turning a version-N dict into a version-(N+1) dict
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:

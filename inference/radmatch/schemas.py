@@ -15,6 +15,10 @@ and strings free) and the canonical caps are checked on arrival; the embedded sm
 judge gets `SMALL_MODEL_LIMITS` (everything bounded, so that a model that never
 closes a list still yields valid JSON within its token budget).
 
+Grading answers are keyed (docs/judge.md rule 18): `{"grades": [{"pred_id", "gt_id",
+"errors": [{"reasoning", "dimension", "severity"}]}]}`, one entry per row sent, the
+reasoning before the verdict. Validation checks the ids against the rows sent.
+
 **Stored stages** (`Finding`, `MatchingAnswer`, `GradingStage`): what a record keeps.
 Findings carry the pipeline's ids; stored grading accepts any string as dimension or
 severity, so an old or hand-made record still scores.
@@ -24,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from typing import Annotated, Optional
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -63,7 +68,7 @@ class Limits:
     reasoning: Optional[int]
     errors_per_match: Optional[int]
     indication: Optional[int]
-    exact_grade_length: bool  # the grammar admits exactly one error list per row sent
+    exact_grade_length: bool  # the grammar admits exactly one grading entry per row sent
 
     def tightest(self, other: "Limits") -> "Limits":
         """Each cap the smaller of the two (None is no cap)."""
@@ -110,21 +115,67 @@ class AnswerModels:
     match: type[BaseModel]
     grade: type[BaseModel]
     exact_grade_length: bool
+    checks_grade_rows: bool = False  # validators: every row sent graded exactly once, by id
 
-    def for_stage(self, stage: str, rows: Optional[int] = None) -> type[BaseModel]:
-        """The stage's model; for grading with `rows`, one admitting exactly that many lists."""
-        if stage == "grade" and rows is not None and self.exact_grade_length:
-            return _grade_exactly(self.grade, rows)
-        return getattr(self, stage)
+    def for_stage(
+        self, stage: str, rows: Union[None, int, Sequence[tuple[str, str]]] = None
+    ) -> type[BaseModel]:
+        """The stage's model. For grading with the rows sent (or their number, for a
+        grammar): under an exact grammar one admitting exactly that many entries; a
+        validator also checks that the entries grade each row sent once, by id."""
+        if stage != "grade" or rows is None:
+            return getattr(self, stage)
+        count = rows if isinstance(rows, int) else len(rows)
+        if self.checks_grade_rows:
+            if isinstance(rows, int):
+                raise TypeError("a grading validator needs the rows sent, not their number")
+            return _grade_checked(self.grade, tuple((str(p), str(g)) for p, g in rows))
+        if self.exact_grade_length:
+            return _grade_exactly(self.grade, count)
+        return self.grade
 
 
 @lru_cache(maxsize=256)
-def _grade_exactly(grade: type[BaseModel], rows: int) -> type[BaseModel]:
-    item = grade.model_fields["errors_per_match"].annotation
+def _grade_exactly(grade: type[BaseModel], count: int) -> type[BaseModel]:
+    # Ids stay patterns here: fixing them to the rows sent (prefixItems with a const per
+    # entry; Outlines accepts it) would compile a new grammar for every pair, about 5 s
+    # for 3 rows and 50 s for 8 on 2 cores, where a count-fixed grammar compiles once
+    # per row count. The ids are checked on arrival instead (`_grade_checked`).
+    entry = grade.model_fields["grades"].annotation
     return create_model(
         "GradingAnswer",
         __config__=_STRICT,
-        errors_per_match=(item, Field(min_length=rows, max_length=rows)),
+        grades=(entry, Field(min_length=count, max_length=count)),
+    )
+
+
+def grading_rows_problem(given: Sequence[tuple[str, str]], sent: Sequence[tuple[str, str]]) -> Optional[str]:
+    """Why a keyed grading answer does not grade every row sent exactly once, or None."""
+    expected, seen = set(sent), set()
+    for pred_id, gt_id in given:
+        if (pred_id, gt_id) not in expected:
+            return f"the grade answer has an entry for {pred_id}-{gt_id}, a row that was not sent"
+        if (pred_id, gt_id) in seen:
+            return f"the grade answer grades {pred_id}-{gt_id} more than once"
+        seen.add((pred_id, gt_id))
+    missing = [f"{p}-{g}" for p, g in sent if (p, g) not in seen]
+    if missing:
+        return f"the grade answer has no entry for row(s) {', '.join(missing)}"
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _grade_checked(grade: type[BaseModel], rows: tuple[tuple[str, str], ...]) -> type[BaseModel]:
+    def every_row_once(answer: BaseModel) -> BaseModel:
+        problem = grading_rows_problem([(e.pred_id, e.gt_id) for e in answer.grades], rows)
+        if problem:
+            raise ValueError(problem)
+        return answer
+
+    return create_model(
+        "GradingAnswer",
+        __base__=grade,
+        __validators__={"every_row_once": model_validator(mode="after")(every_row_once)},
     )
 
 
@@ -162,11 +213,18 @@ def answer_models(limits: Limits) -> AnswerModels:
         match_scope=(MatchScope, ...),
     )
     error = create_model(
-        "GradingError",
+        "GradingError",  # reasoning before the verdict, as in match rows
         __config__=_STRICT,
+        reasoning=(str, Field(min_length=1, max_length=limits.reasoning)),
         dimension=(GradedDimension, ...),
         severity=(ErrorSeverity, ...),
-        reasoning=(str, Field(min_length=1, max_length=limits.reasoning)),
+    )
+    grade_entry = create_model(
+        "GradeEntry",  # one matched row, named by its ids (docs/judge.md rule 18)
+        __config__=_STRICT,
+        pred_id=(pred_id, ...),
+        gt_id=(gt_id, ...),
+        errors=(list[error], Field(max_length=limits.errors_per_match)),
     )
     return AnswerModels(
         extract=create_model(
@@ -184,21 +242,20 @@ def answer_models(limits: Limits) -> AnswerModels:
         grade=create_model(
             "GradingAnswer",
             __config__=_STRICT,
-            errors_per_match=(
-                list[Annotated[list[error], Field(max_length=limits.errors_per_match)]],
-                Field(max_length=limits.rows),
-            ),
+            grades=(list[grade_entry], Field(max_length=limits.rows)),
         ),
         exact_grade_length=limits.exact_grade_length,
     )
 
 
+@lru_cache(maxsize=8)
 def validation_models(grammar: Limits) -> AnswerModels:
     """The models an answer decoded under `grammar` is validated by: grammar and canonical caps.
 
-    Grading is always held to one error list per row sent, whatever the grammar did.
+    A grading answer must grade every row sent exactly once, named by its ids, whatever
+    the grammar did; an answer that does not is invalid (retried once, then the pair fails).
     """
-    return answer_models(replace(grammar.tightest(CANONICAL_LIMITS), exact_grade_length=True))
+    return replace(answer_models(grammar.tightest(CANONICAL_LIMITS)), checks_grade_rows=True)
 
 
 CANONICAL = answer_models(CANONICAL_LIMITS)
@@ -271,24 +328,43 @@ class StoredGradingError(BaseModel):
 
     model_config = _LENIENT
 
+    reasoning: str = ""
     dimension: str
     severity: str
-    reasoning: str = ""
+
+
+class StoredGradeEntry(BaseModel):
+    """One keyed grading entry as the judge gave it: a row's ids and its errors."""
+
+    model_config = _LENIENT
+
+    pred_id: str
+    gt_id: str
+    errors: list[StoredGradingError] = Field(default_factory=list)
 
 
 class GradingStage(BaseModel):
-    """The grading stage as stored: the rows sent and the answer aligned with them."""
+    """The grading stage as stored: the rows sent, in order, and the keyed answer as given.
+
+    Entries are looked up by (pred_id, gt_id), never by position. A fresh answer grades
+    every row sent exactly once (checked on arrival); a hand-made record need not, and
+    scoring says in `repairs` what it ignored or found missing.
+    """
 
     model_config = _LENIENT
 
     pairs: list[tuple[str, str]] = Field(default_factory=list)
-    errors_per_match: list[list[StoredGradingError]] = Field(default_factory=list)
+    grades: list[StoredGradeEntry] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _aligned(self) -> "GradingStage":
-        if len(self.pairs) != len(self.errors_per_match):
-            raise ValueError(
-                f"errors_per_match has {len(self.errors_per_match)} entries "
-                f"but pairs has {len(self.pairs)}; they must align"
-            )
-        return self
+    def entries(self) -> Iterator[tuple[str, str, list[StoredGradingError]]]:
+        """(pred_id, gt_id, errors) of every entry, in answer order."""
+        for entry in self.grades:
+            yield entry.pred_id, entry.gt_id, entry.errors
+
+    def errors_for(self, pred_id: str, gt_id: str) -> Optional[list[StoredGradingError]]:
+        """The errors of row (pred_id, gt_id), all entries naming it together; None if ungraded."""
+        found: Optional[list[StoredGradingError]] = None
+        for entry in self.grades:
+            if entry.pred_id == pred_id and entry.gt_id == gt_id:
+                found = (found or []) + entry.errors
+        return found

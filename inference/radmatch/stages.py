@@ -19,7 +19,7 @@ from radmatch.records import Record, Stages
 from radmatch.schemas import CANONICAL_LIMITS, Finding, GradingStage, Limits, MatchingAnswer, number_findings
 from radmatch.scoring.repair import repair_matching
 
-Ask = Callable[..., Awaitable[BaseModel]]  # ask(stage, user_input, rows=None)
+Ask = Callable[..., Awaitable[BaseModel]]  # ask(stage, user_input, rows=None): rows sent to grading
 
 
 def find_indication(
@@ -67,7 +67,7 @@ def rows_to_grade(matching: MatchingAnswer, reference: list[Finding], candidate:
 async def grade_rows(
     rows: list[tuple[str, str]], findings: dict[str, Finding], indication: Optional[str], ask: Ask
 ) -> GradingStage:
-    """One batched call grading the free-text attributes of every row, aligned with `rows`."""
+    """One batched call grading the free-text attributes of every row, keyed by the rows' ids."""
     if not rows:
         return GradingStage()
     answer = await ask("grade", {
@@ -76,10 +76,8 @@ async def grade_rows(
             {"pred_finding": finding_view(findings[p]), "gt_finding": finding_view(findings[g])}
             for p, g in rows
         ],
-    }, rows=len(rows))
-    return GradingStage(
-        pairs=rows, errors_per_match=[[e.model_dump() for e in errs] for errs in answer.errors_per_match]
-    )
+    }, rows=rows)
+    return GradingStage(pairs=rows, grades=[entry.model_dump() for entry in answer.grades])
 
 
 async def run_stages(record: Record, ask: Ask, limits: Limits) -> None:

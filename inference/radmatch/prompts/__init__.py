@@ -5,11 +5,15 @@ Instructions are Markdown files beside this module (`extract.md`, `match.md`,
 few-shot directory (see `fewshot_dir`), each
 
     {"modality": ..., "stage": ..., "clinically_reviewed": false, "note": ...,
-     "exemplars": [{"input": {...}, "output": {...}}, ...]}
+     "exemplars": [{"input": {...}, "output": {...}, "expected": ...}, ...]}
 
 where `input` is what the pipeline puts in the user message and `output` validates
-against the stage's answer model. `prompt_version` hashes both, so that a record can
-name the exact prompt that produced it (docs/judge.md rule 6).
+against the stage's answer model (a grading output grades each input pair once, in
+order, by its ids). `expected` (match and grade exemplars) is what the scoring code
+must make of the output (tests/test_exemplar_verdicts.py checks it); the model never
+sees it, so the loader drops it and it is no part of the prompt version.
+`prompt_version` hashes instructions, inputs and outputs, so that a record can name
+the exact prompt that produced it (docs/judge.md rule 6).
 
 >>> load_instructions("match").startswith("# Stage: finding matching")
 True
@@ -46,6 +50,7 @@ __all__ = [
 FEWSHOT_ENV = "RADMATCH_FEWSHOT_DIR"
 _FINDING = CANONICAL.extract.model_fields["findings"].annotation.__args__[0]  # one finding
 PROMPT_FORMAT = "v1"
+_EXEMPLAR_KEYS = frozenset({"input", "output", "expected"})
 # How prompting.py turns exemplars into messages; part of every prompt version, so that
 # a change of rendering alone (compact answers, 2026-12-02) gives new versions too.
 RENDERING = "compact-json-defaults-omitted"
@@ -144,11 +149,22 @@ def _check_input(stage: str, data: Any, where: str) -> None:
             _check_findings([pair["pred_finding"], pair["gt_finding"]], f"{where}: pairs[{j}]")
 
 
+def _check_grade_keys(data: dict[str, Any], output: dict[str, Any], where: str) -> None:
+    sent = [(p["pred_finding"]["finding_id"], p["gt_finding"]["finding_id"]) for p in data["pairs"]]
+    given = [(g["pred_id"], g["gt_id"]) for g in output["grades"]]
+    if given != sent:
+        raise FewshotError(
+            f"{where}: output grades name the rows {given}; they must name the input pairs "
+            f"in order, {sent}"
+        )
+
+
 def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
     """The exemplars of one modality and stage, each `{"input": ..., "output": ...}`.
 
     Every output is re-validated by the stage's answer model; a failure raises
-    FewshotError naming the file and the exemplar index.
+    FewshotError naming the file and the exemplar index. An exemplar's `expected`
+    is not returned (it is for the tests, not for the model).
     """
     _check_choice("modality", modality, MODALITIES, "load_exemplars")
     _check_choice("stage", stage, STAGES, "load_exemplars")
@@ -167,16 +183,21 @@ def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
             f"expected {modality!r}, {stage!r}"
         )
     model = ANSWER_MODELS[stage]
-    exemplars = doc["exemplars"]
-    for i, exemplar in enumerate(exemplars):
+    exemplars = []
+    for i, exemplar in enumerate(doc["exemplars"]):
         where = f"{path}: exemplar {i}"
-        if not isinstance(exemplar, dict) or set(exemplar) != {"input", "output"}:
-            raise FewshotError(f"{where} must have exactly the keys 'input' and 'output'")
+        if not isinstance(exemplar, dict) or not {"input", "output"} <= set(exemplar) <= _EXEMPLAR_KEYS:
+            raise FewshotError(
+                f"{where} must have the keys 'input' and 'output' (and optionally 'expected')"
+            )
         _check_input(stage, exemplar["input"], where)
         try:
             model.model_validate(exemplar["output"])
         except ValidationError as exc:
             raise FewshotError(f"{where}: output fails {model.__name__}: {exc}") from exc
+        if stage == "grade":
+            _check_grade_keys(exemplar["input"], exemplar["output"], where)
+        exemplars.append({"input": exemplar["input"], "output": exemplar["output"]})
     return exemplars
 
 

@@ -117,9 +117,7 @@ def _judge_errors(
 ) -> dict[tuple[str, str], list[UnitError]]:
     """Judge attribute errors by (pred_id, gt_id), dropping what the contract ignores."""
     found: dict[tuple[str, str], list[UnitError]] = {}
-    pairs = grading.pairs if grading else []
-    answers = grading.errors_per_match if grading else []
-    for (pred_id, gt_id), entries in zip(pairs, answers):
+    for pred_id, gt_id, entries in grading.entries() if grading else ():
         key = (pred_id, gt_id)
         if key not in strong_rows:
             repairs.append(

@@ -174,7 +174,9 @@ def _record(index, gt, pred, pairs, aggregate, errors) -> Record:
             reference_findings=gt,
             candidate_findings=pred,
             matching=matching,
-            grading=GradingStage(pairs=graded, errors_per_match=errors),
+            grading=GradingStage(pairs=graded, grades=[
+                {"pred_id": p, "gt_id": g, "errors": e} for (p, g), e in zip(graded, errors)
+            ]),
         ),
     )
 

@@ -65,7 +65,9 @@ def toy_answer(title: str, user: dict[str, Any], schema: dict[str, Any]) -> dict
                         if f["finding_id"] not in used_gt]
         return {"matches": rows, "unmatched_pred": unmatched_pred, "unmatched_gt": unmatched_gt}
     if title == "GradingAnswer":
-        return {"errors_per_match": [[] for _ in user["pairs"]]}
+        return {"grades": [{"pred_id": pair["pred_finding"]["finding_id"],
+                            "gt_id": pair["gt_finding"]["finding_id"], "errors": []}
+                           for pair in user["pairs"]]}
     raise ValueError(f"unknown schema {title!r}")
 
 
