@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from radmatch.cli_evaluate import COLUMN_FLAGS, add_judge_arguments, judge_config
+from radmatch.control_strings import neutralise_markers
 from radmatch.pipeline import stream
 from radmatch.records import Failure, PairInput
 
@@ -149,7 +150,7 @@ class Baseline:
             user["indication"] = pair.indication.strip()
         return [
             {"role": "system", "content": self.instructions},
-            {"role": "user", "content": json.dumps(user, ensure_ascii=False)},
+            {"role": "user", "content": neutralise_markers(json.dumps(user, ensure_ascii=False))[0]},
         ]
 
     async def _ask(self, pair: PairInput, spend: "PairSpend") -> BaseModel:

@@ -15,6 +15,7 @@ from typing import Any, Optional, get_args
 
 from pydantic import BaseModel
 
+from radmatch.control_strings import neutralise_markers
 from radmatch.judges.base import Judge, JudgeError, Message
 from radmatch.prompts import load_exemplars, load_instructions
 from radmatch.schemas import ANSWER_MODELS, Finding
@@ -95,7 +96,8 @@ def build_messages(
     prefix = static_prefix(stage, modality)
     keep = 1 + 2 * (len(prefix) // 2 if n_exemplars is None else n_exemplars)
     messages = [{"role": role, "content": content} for role, content in prefix[:keep]]
-    messages.append({"role": "user", "content": _dumps(user_input)})
+    # the pair's text may hold the served model's control strings: plain text from here on
+    messages.append({"role": "user", "content": neutralise_markers(_dumps(user_input))[0]})
     return messages
 
 

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from pydantic import BaseModel
 
+from radmatch.control_strings import neutralise_markers
 from radmatch.indication import cap_indication, read_indication
 from radmatch.prompting import finding_view
 from radmatch.records import Record, Stages
@@ -90,6 +91,11 @@ async def run_stages(record: Record, ask: Ask, limits: Limits) -> None:
     stages.indication, cut = find_indication(record.reference, record.indication, cap)
     if cut:
         record.flags.append(f"indication read from the reference cut to {cap} characters")
+    for field, text in (("reference", record.reference), ("candidate", record.candidate),
+                        ("indication", stages.indication)):
+        markers = neutralise_markers(text)[1] if text else 0
+        if markers:  # prompting.build_messages sends them as plain text; the record keeps the original
+            record.flags.append(f"{field}: {markers} control marker(s) sent to the judge as plain text")
     reference, candidate = await asyncio.gather(
         extract_findings(record.reference, stages.indication, ask, "gt"),
         extract_findings(record.candidate, stages.indication, ask, "p"),

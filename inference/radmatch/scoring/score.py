@@ -11,6 +11,7 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Optional
 
+from radmatch.control_strings import restore_markers
 from radmatch.schemas import Finding, GradingStage, MatchingAnswer, Measurement
 from radmatch.scoring.comparators import comparison_error, measurement_errors, status_error
 from radmatch.scoring.repair import repair_matching
@@ -288,16 +289,23 @@ class _QuoteFinder:
         self.verbatim = report.isascii()
         self._haystack: Optional[str] = None
 
+    def _found(self, quote: str) -> bool:
+        if self.verbatim and quote in self.report:
+            return True
+        if self._haystack is None:
+            self._haystack = normalise_text(self.report)
+        return normalise_text(quote) in self._haystack
+
     def attributes(self, evidence: list[str]) -> bool:
         """At least one non-empty quote, and every non-empty quote found in the report."""
         found = False
         for quote in evidence:
             if not quote or quote.isspace():  # empty once normalised
                 continue
-            if not (self.verbatim and quote in self.report):
-                if self._haystack is None:
-                    self._haystack = normalise_text(self.report)
-                if normalise_text(quote) not in self._haystack:
+            if not self._found(quote):
+                # the judge saw control markers as plain text (radmatch.control_strings)
+                restored = restore_markers(quote)
+                if restored is quote or not self._found(restored):
                     return False
             found = True
         return found
