@@ -753,3 +753,28 @@ def test_compare_mode_shows_the_paired_difference_interval_and_p(browser, issue1
         "return [...document.querySelectorAll('#paired-stats tbody tr')].map(r => r.dataset.tier)")
     assert tiers == ["critical", "urgent", "notable", "routine", "actionable"]
     screenshot(browser, "dashboard-compare.png")
+
+
+@pytest.mark.browser
+@needs_browser
+def test_an_unaddressed_negative_is_shown_as_such_not_as_an_error(browser, tmp_path):
+    # scoring contract 3: an SPU of normal findings is not an actionable error
+    from builders import f, matching, record
+    from radmatch.recompute import score_record
+
+    pred = [f("p_1", "normal", "urgent", evidence=["No pneumothorax"]),
+            f("p_2", "abnormal", "urgent", evidence=["Right effusion"])]
+    rec = score_record(record("negative-1", [], pred, matching([], unmatched_pred=["p_1", "p_2"]),
+                              reference="Heart normal.", candidate="No pneumothorax. Right effusion."))
+    page = tmp_path / "negative.html"
+    build_dashboard(fx.write_records(tmp_path / "negative.jsonl", [rec]), page)
+    open_page(browser, page)
+    browser.execute_script("location.hash = '#/pair/negative-1'")
+    wait_for_view(browser, "pair", "negative-1")
+    headers = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair article.unit header')].map(h => h.textContent)"
+    )
+    assert len(headers) == 2
+    negative, error = sorted(headers, key=lambda h: "actionable error" in h)
+    assert "unaddressed negative, not an error" in negative and "actionable error" not in negative
+    assert "actionable error" in error and "unaddressed negative" not in error
