@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import pytest
 
-from radmatch import Evaluator, PairInput, prompting, prompts
+from radmatch import Evaluator, PairInput
 from radmatch.judges.base import JudgeResult, Usage, estimate_tokens
 from radmatch.redteam import check_record, load_pairs
 from radmatch.testing.scripted import stage_of
@@ -124,17 +124,6 @@ def play_back(pair: dict[str, Any], key: dict[str, Any]):
 
 SET = load_pairs(PAIRS)
 KEY = load_answers()
-
-
-@pytest.fixture(autouse=True)
-def no_exemplars(monkeypatch):
-    """The answer key reads only the pair's own message, so the exemplars (data that other
-    tests check, and whose format may be mid-change) are left out of the prompt."""
-    monkeypatch.setattr(prompting, "load_exemplars", lambda modality, stage: [])
-    monkeypatch.setattr(prompts, "load_exemplars", lambda modality, stage: [])  # prompt_version's
-    prompting.static_prefix.cache_clear()
-    yield
-    prompting.static_prefix.cache_clear()
 
 
 def _norm(text: str) -> str:
