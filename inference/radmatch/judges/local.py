@@ -7,6 +7,9 @@ clinical judgement is not meaningful.
 The static prefix of a stage's prompt (instructions and exemplars, thousands of tokens)
 is prefilled once and its key/value cache reused by every call that starts with it,
 as a server's prefix cache does; only the pair's own message is prefilled per call.
+The prefix is tokenized exactly as Outlines tokenizes the whole prompt (special tokens
+included: a tokenizer that adds a BOS adds it to both), and only a few prefixes are
+kept (least recently used first out): a 31B model's cache of one prefix is gigabytes.
 One generation runs at a time (the model is the bottleneck). A call has no wall-clock
 timeout: `max_new_tokens` bounds it, and a slow or busy machine must not fail a pair.
 A generation whose caller gave up (the run was cancelled or the judge closed) stops
@@ -16,17 +19,64 @@ at its next token, so that nothing keeps running behind the caller's back.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from radmatch.judges.base import JudgeError, JudgeResult, Message, Usage
-
+from radmatch.judges.base import JudgeError, JudgeResult, JudgeUnavailable, Message, Usage
 
 THREADS_ENV = "RADMATCH_TORCH_THREADS"
+PREFIX_ENTRIES = 3  # prefilled prefixes kept: one per stage of one modality
+# `cache=` / `.cache` (formerly `past_key_values`) appeared in transformers 5.24.0
+TRANSFORMERS_MIN = (5, 24)
+GPU_HEADROOM = 0.9  # of the free GPU memory, for the weights (activations and cache need the rest)
+
+
+def check_transformers(version: str) -> None:
+    """Refuse a transformers without the `cache` names this judge uses."""
+    parts = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    if parts < TRANSFORMERS_MIN:
+        raise ImportError(
+            f"the in-process judge needs transformers>=5.24 (it passes the prefix cache as "
+            f"`cache=`), found {version}: pip install 'transformers>=5.24,<6'"
+        )
+
+
+def bf16_weight_bytes(model_dir: Path) -> int:
+    """The weights' size in bf16, from the safetensors files and the dtype they hold."""
+    files = list(Path(model_dir).glob("*.safetensors"))
+    stored = sum(f.stat().st_size for f in files)
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")
+    return stored // 2 if "32" in dtype else stored
+
+
+def gpu_spill_problem(weight_bytes: int, free_bytes: list[int]) -> Optional[str]:
+    """Why `device_map="auto"` would put part of the model on the CPU, or None if it fits."""
+    usable = sum(int(free * GPU_HEADROOM) for free in free_bytes)
+    if weight_bytes <= usable:
+        return None
+    gib = 2**30
+    return (
+        f"the model's weights need about {weight_bytes / gib:.1f} GiB in bf16, and the "
+        f"{len(free_bytes)} GPU(s) have {sum(free_bytes) / gib:.1f} GiB free "
+        f"({usable / gib:.1f} GiB usable for weights): device_map='auto' would put the rest "
+        "on the CPU, where generation is 10-100 times slower. Serve a model this size with "
+        "vLLM (serve/start_vllm.sh, then --base-url), or choose a smaller model"
+    )
+
+
+def spilled_modules(device_map: Optional[dict[str, Any]]) -> list[str]:
+    """The modules accelerate placed on the CPU or disk."""
+    return [name for name, where in (device_map or {}).items() if str(where) in ("cpu", "disk")]
 
 
 def cpu_threads() -> int:
@@ -62,12 +112,14 @@ class LocalTransformersJudge:
         try:
             import outlines
             import torch
+            import transformers
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
                 "the in-process judge needs torch, transformers and outlines: "
                 "pip install 'radmatch[local]'"
             ) from exc
+        check_transformers(transformers.__version__)
         if model_dir is None:
             from radmatch import smollm
 
@@ -83,9 +135,21 @@ class LocalTransformersJudge:
         if self.device == "cpu":
             hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         else:  # bf16 on the accelerator(s); accelerate places the layers
+            if self.device == "cuda":  # refuse before minutes of loading, with the numbers
+                free = [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
+                problem = gpu_spill_problem(bf16_weight_bytes(Path(model_dir)), free)
+                if problem:
+                    raise JudgeUnavailable(problem)
             hf_model = AutoModelForCausalLM.from_pretrained(
                 model_dir, dtype=torch.bfloat16, device_map="auto" if self.device == "cuda" else self.device
             )
+            spilled = spilled_modules(getattr(hf_model, "hf_device_map", None))
+            if spilled:  # the estimate above missed: still never run half on the CPU
+                raise JudgeUnavailable(
+                    f"{len(spilled)} module(s) of the model did not fit on the GPU(s) and were "
+                    f"placed on the CPU or disk ({', '.join(spilled[:3])}, ...): serve a model "
+                    "this size with vLLM (serve/start_vllm.sh), or choose a smaller model"
+                )
         hf_model.eval()
         self.context_window = context_window or getattr(
             hf_model.config, "max_position_embeddings", None
@@ -93,7 +157,9 @@ class LocalTransformersJudge:
         self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
         self._hf_model = hf_model
         self._generators: dict[type[BaseModel], Any] = {}
-        self._prefixes: dict[str, tuple[Any, Any]] = {}  # prefix text -> (token ids, kv cache)
+        # prefix text -> (token ids, kv cache), least recently used first
+        self._prefixes: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        self.prefix_entries = PREFIX_ENTRIES
         self._turn = threading.Lock()  # taken in the worker thread: waiting blocks no event loop
         self._closing = threading.Event()
         self.temperature = temperature
@@ -145,23 +211,35 @@ class LocalTransformersJudge:
             text=text, usage=Usage(prompt_tokens=self.count_tokens(messages), completion_tokens=completion)
         )
 
+    def _encode(self, text: str) -> Any:
+        """Token ids of `text` as Outlines gives them to the model (special tokens added)."""
+        ids, _ = self._outlines.tokenizer.encode(text)
+        return ids
+
+    def prompt_text(self, messages: list[Message]) -> str:
+        """The prompt as Outlines renders a Chat."""
+        return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
     def _prefilled(self, messages: list[Message]) -> dict[str, Any]:
         """A `cache` holding the prompt's static prefix, when the prompt starts with it."""
         import copy
 
-        tokenizer = self._tokenizer
-        prefix_text = tokenizer.apply_chat_template(messages[:-1], tokenize=False)
-        full_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prefix_text = self._tokenizer.apply_chat_template(messages[:-1], tokenize=False)
+        full_text = self.prompt_text(messages)
         if len(messages) < 2 or not full_text.startswith(prefix_text):
             return {}
-        if prefix_text not in self._prefixes:
-            ids = tokenizer(prefix_text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-            ids = ids.to(self._hf_model.device)
+        if prefix_text in self._prefixes:
+            self._prefixes.move_to_end(prefix_text)
+        else:
+            ids = self._encode(prefix_text).to(self._hf_model.device)
             with self._torch.inference_mode():
                 cache = self._hf_model(input_ids=ids, use_cache=True).cache
             self._prefixes[prefix_text] = (ids, cache)
+            while len(self._prefixes) > self.prefix_entries:
+                self._prefixes.popitem(last=False)
         ids, cache = self._prefixes[prefix_text]
-        full = tokenizer(full_text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        # the same ids as the model will be given: a BOS added to the prompt is in both
+        full = self._encode(full_text)
         n = ids.shape[1]
         if full.shape[1] <= n or not self._torch.equal(full[0, :n].to(ids.device), ids[0]):
             return {}  # the tokens do not split at the prefix: prefill it all
