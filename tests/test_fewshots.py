@@ -662,11 +662,10 @@ def _finding(f: dict) -> Finding:
 
 
 def _grading(entries: list[dict]) -> GradingStage:
-    """A stored grading stage from keyed entries, in whichever form the stored model takes."""
-    if "grades" in GradingStage.model_fields:
-        return GradingStage.model_validate({"grades": entries})
-    return GradingStage(pairs=[(e["pred_id"], e["gt_id"]) for e in entries],
-                        errors_per_match=[e["errors"] for e in entries])
+    """The stored grading stage of keyed answer entries, the rows sent being theirs."""
+    return GradingStage.model_validate(
+        {"pairs": [(e["pred_id"], e["gt_id"]) for e in entries], "grades": entries}
+    )
 
 
 @pytest.mark.parametrize("where_ex", list(_raw_exemplars("match")), ids=lambda w: w[0])
