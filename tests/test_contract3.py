@@ -386,3 +386,18 @@ def test_docs_log_the_contract_changes():
         assert words in log, words
     readme = (REPO / "README.md").read_text("utf-8")
     assert "docs/scoring.md#contract-changes" in readme
+
+
+def test_the_records_shown_in_the_docs_recompute_with_every_change_explained():
+    from radmatch.record_io import parse_record
+
+    script = load_script()
+    shown = 0
+    for doc in sorted((REPO / "docs").glob("*.md")):
+        for block in re.findall(r"```json\n(.*?)```", doc.read_text("utf-8"), re.DOTALL):
+            if '"schema_version"' not in block:
+                continue
+            stored = parse_record(block)
+            script.explain_record(stored, score_record(stored))  # raises on an unexplained change
+            shown += 1
+    assert shown >= 1
