@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 TABLE_FILE = "clinical_thresholds.csv"
-# Which side a value equal to the threshold lies on (SCORING 4.6, "above a threshold when"):
+# Which side a value equal to the threshold lies on (docs/scoring.md section 4 step 6):
 # ">=": at the threshold is above it (a 6 mm nodule is in Fleischner's 6-8 mm group);
 # ">": at the threshold is below it (a cardiothoracic ratio of 0.50 is not cardiomegaly).
 SIDES = (">=", ">")

@@ -4,7 +4,7 @@ Status and comparison are compared per row; measurements are pooled per unit and
 paired by an optimal assignment within one category and unit family. A pair whose
 values share a clinical quantity and lie either side of one of its thresholds
 (radmatch.thresholds, each with its side) is a major error (rule 6). Rule numbers are
-the steps of the measurement part of SCORING.md / docs/scoring.md section 4.
+the steps of the measurement part of docs/scoring.md section 4.
 """
 
 from __future__ import annotations
@@ -385,8 +385,9 @@ def _pair_error(a: Pooled, b: Pooled, family: Family) -> UnitError:
 def _unpaired(category: str, pooled: Pooled, what: str) -> UnitError:
     """'size 12 mm omitted' (minor), 'size 56 mm omitted: ascending_aorta_diameter' (major).
 
-    A position value is never major, omitted or not (rule 5 table; JUDGE rule 12): no
-    quantity of section 4.6 is a position, so one that carries a quantity is mislabelled.
+    A position value is never major, omitted or not (rule 5 table; a device's position is
+    its own finding, section 1): no quantity of rule 6 is a position, so one that carries
+    a quantity is mislabelled.
     """
     quantity = pooled[2]
     major = what == "omitted" and quantity is not None and category != "position"
