@@ -62,7 +62,8 @@ set -euo pipefail
 #   weights / tp + RUNTIME_RESERVE_MIB + KV floor / tp <= GPU_MEMORY_UTILIZATION x GPU memory;
 # the script takes the smallest such tp from TP_CHOICES, then as many replicas
 # (data parallelism) as the GPUs allow: dp = floor(GPUs / tp).
-# gemma4-31b: 28.7 GB FP8 linear weights + 2.8 GB BF16 embedding = 31.5 GB = 30041 MiB.
+# gemma4-31b: 28.7 GB FP8 linear weights + 2.8 GB BF16 embedding = 31.5 GB = 30041 MiB
+#            (the text model: --language-model-only leaves the ~0.7 GiB vision tower out).
 # gemma4-26b-a4b: estimated from ~25.2 B parameters at one byte plus a BF16
 #            embedding; check "Model loading took ... GiB" in the log on first start.
 readonly PROFILES="

@@ -442,6 +442,38 @@ def test_python3_on_path_is_what_the_install_would_use(tmp_path, env):
     assert "Ubuntu 22.04's python3 is 3.10" in result.stdout
 
 
+INSTALL = REPO / "serve" / "install.sh"
+
+
+def install_check(tmp_path: Path, pythons: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """serve/install.sh --check with only these pythons (name -> version) on PATH."""
+    bin_dir = tmp_path / "only-pythons"
+    for name, version in pythons.items():
+        fake_python(bin_dir / name, version)
+    bin_dir.mkdir(exist_ok=True)
+    return subprocess.run(
+        [shutil.which("bash"), str(INSTALL), "--check", *args], env={"PATH": str(bin_dir)},
+        check=False, capture_output=True, text=True, timeout=30,
+    )
+
+
+def test_install_refuses_a_python_vllm_cannot_use(tmp_path):
+    result = install_check(tmp_path, {"python3": "3.10.12"})
+    assert result.returncode == 7
+    assert "python3 is Python 3.10.12: vLLM 0.33.0 needs Python 3.11-3.14" in result.stderr
+    assert "sudo apt install python3.11 python3.11-venv" in result.stderr
+    assert "serve/install.sh --python python3.11" in result.stderr
+
+
+def test_install_finds_a_python_that_fits(tmp_path):
+    result = install_check(tmp_path, {"python3": "3.10.12", "python3.11": "3.11.9"})
+    assert result.returncode == 0, result.stderr
+    assert "python3.11 3.11.9 (vLLM 0.33.0 needs 3.11-3.14)" in result.stderr
+    too_new = install_check(tmp_path, {"python3.15": "3.15.0"}, "--python", "python3.15")
+    assert too_new.returncode == 7
+    assert "python3.15 is Python 3.15.0" in too_new.stderr
+
+
 @pytest.mark.parametrize(
     ("driver", "refused"),
     [("575.57.08", True), ("570.153.02", True), ("580.65.06", False), ("590.12", False)],
@@ -1160,7 +1192,7 @@ def test_shell_scripts_are_shellcheck_clean():
         if os.environ.get("CI"):
             pytest.fail("shellcheck is not installed (apt-get install shellcheck)")
         pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
-    scripts = [START, REPO / "scripts" / "setup_vllm_cpu.sh"]
+    scripts = [*sorted((REPO / "serve").glob("*.sh")), REPO / "scripts" / "setup_vllm_cpu.sh"]
     result = subprocess.run(
         ["shellcheck", *map(str, scripts)], check=False, capture_output=True, text=True
     )
