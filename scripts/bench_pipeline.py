@@ -27,6 +27,14 @@ through `Evaluator.run`. Reported:
   its setup are left out of the garbage collector's later passes
   (`radmatch.pipeline.freeze_setup_heap`).
 
+Answer tokens (--answer-tokens [--records FILE]): the decode cost of each stage's
+answer, counted without a judge: completion tokens per answer and per pair (two
+extractions, one matching, one grading) as the judge wrote answers before 2026-12-02
+(every field, `", "` and `": "` between tokens) and as the exemplars now teach it
+(prompting.compact_answer: defaults left out, no whitespace), on the exemplars' answers
+and on the answers stored in a records file. Under grammar-constrained decoding every
+token of an answer, structure included, is a decode step.
+
 Real server (--base-url): pairs/s at 1, 8, 32 and 64 judge calls in flight (a distinct
 workload each, answer cache off), prompt and completion tokens per pair, and the
 prefix-cache hit rate from the server's /metrics counters
@@ -383,7 +391,85 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
             "prefix_cache_hit_rate": round(hits / queries, 3) if queries else None}
 
 
+def _answers_of_record(record: Any) -> dict[str, list[dict[str, Any]]]:
+    """A stored record's stage answers, as the judge gave them (ids the pipeline added left out)."""
+    stages, answers = record.stages, {"extract": [], "match": [], "grade": []}
+    for findings in (stages.reference_findings, stages.candidate_findings):
+        if findings:
+            answers["extract"].append(
+                {"findings": [f.model_dump(mode="json", exclude={"id"}) for f in findings]})
+    if stages.matching is not None and stages.matching.matches:
+        answers["match"].append(stages.matching.model_dump(mode="json"))
+    if stages.grading is not None and stages.grading.pairs:
+        answers["grade"].append(
+            {k: v for k, v in stages.grading.model_dump(mode="json").items() if k != "pairs"})
+    return answers
+
+
+def _authored_answers(path: str) -> dict[str, list[dict[str, Any]]]:
+    """Answers of a key such as redteam/correct_answers.jsonl ({pair_id, stage, answer} lines)."""
+    answers: dict[str, list[dict[str, Any]]] = {"extract": [], "match": [], "grade": []}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                entry = json.loads(line)
+                answers[entry["stage"].split("_")[0]].append(entry["answer"])
+    return answers
+
+
+def answer_tokens(records_path: Optional[str], answers_path: Optional[str] = None) -> dict[str, Any]:
+    """Completion tokens per answer and per pair, before and after the compact rendering."""
+    from radmatch.prompting import compact_answer
+    from radmatch.prompts import MODALITIES, load_exemplars
+    from radmatch.record_io import read_records
+
+    counted_by, count = token_counter()
+
+    def tokens(text: str) -> int:
+        return count([{"role": "assistant", "content": text}]) - count([{"role": "assistant", "content": ""}])
+
+    def figure(answers: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for stage, items in answers.items():
+            if not items:
+                continue
+            full = [tokens(json.dumps(a, ensure_ascii=False, separators=(", ", ": "))) for a in items]
+            compact = [tokens(json.dumps(compact_answer(stage, a), ensure_ascii=False, separators=(",", ":")))
+                       for a in items]
+            out[stage] = {"answers": len(items), "before": round(statistics.mean(full), 1),
+                          "after": round(statistics.mean(compact), 1)}
+        if {"extract", "match", "grade"} <= set(out):
+            pair = {k: round(2 * out["extract"][k] + out["match"][k] + out["grade"][k], 1)
+                    for k in ("before", "after")}
+            pair["cut"] = round(1 - pair["after"] / pair["before"], 3)
+            out["pair"] = pair
+        return out
+
+    exemplars = {stage: [ex["output"] for m in MODALITIES for ex in load_exemplars(m, stage)]
+                 for stage in ("extract", "match", "grade")}
+    result = {"mode": "answer_tokens", "tokens_counted_by": counted_by,
+              "exemplars": figure(exemplars)}
+    if records_path:
+        recorded: dict[str, list[dict[str, Any]]] = {"extract": [], "match": [], "grade": []}
+        for record in read_records(records_path):
+            for stage, items in _answers_of_record(record).items():
+                recorded[stage].extend(items)
+        result["records"] = figure(recorded)
+    if answers_path:
+        result["authored"] = figure(_authored_answers(answers_path))
+    return result
+
+
 def show(result: dict[str, Any]) -> None:
+    if result["mode"] == "answer_tokens":
+        print(f"completion tokens per answer ({result['tokens_counted_by']}), before -> after")
+        for source in ("exemplars", "records", "authored"):
+            for stage, f in result.get(source, {}).items():
+                if stage == "pair":
+                    print(f"  {source:9} per pair: {f['before']} -> {f['after']} ({f['cut']:.0%} fewer)")
+                else:
+                    print(f"  {source:9} {stage:7} ({f['answers']:>3} answers): {f['before']} -> {f['after']}")
+        return
     if result["mode"] == "server":
         print(f"server {result['base_url']} model {result['model']} thinking {result['thinking']}")
         for level in result["levels"]:
@@ -442,8 +528,18 @@ def main() -> int:
     parser.add_argument("--thinking", choices=sorted(THINKING), default="server",
                         help="a reasoning judge's thinking (--base-url): on, off, or the "
                              "server's default; compare completion tokens per pair")
+    parser.add_argument("--answer-tokens", action="store_true",
+                        help="count the completion tokens of each stage's answers, before and "
+                             "after the compact rendering, on the exemplars (and --records)")
+    parser.add_argument("--records", help="a records file whose stored answers --answer-tokens counts")
+    parser.add_argument("--answers", help="an answer key whose answers --answer-tokens counts "
+                                          "(redteam/correct_answers.jsonl: a correct judge's answers)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
+    if args.answer_tokens:
+        result = answer_tokens(args.records, args.answers)
+        print(json.dumps(result, indent=2)) if args.json else show(result)
+        return 0
     result = real_server(args) if args.base_url else simulated(args)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from radmatch.control_strings import neutralise_markers
 from radmatch.judges.base import Judge, JudgeError, Message
 from radmatch.prompts import load_exemplars, load_instructions
-from radmatch.schemas import ANSWER_MODELS, Finding
+from radmatch.schemas import ANSWER_MODELS, Finding, own_quote
 
 class ContextBudgetError(JudgeError):
     """The pair does not fit the judge's context even without exemplars."""
@@ -65,8 +65,16 @@ def drop_defaults(value: dict[str, Any], model: type[BaseModel]) -> dict[str, An
 
 
 def compact_answer(stage: str, answer: dict[str, Any]) -> dict[str, Any]:
-    """An exemplar's answer as the judge is taught to write it: defaults left out."""
-    return drop_defaults(answer, ANSWER_MODELS[stage])
+    """An exemplar's answer as the judge is taught to write it: defaults left out, and a
+    finding's `evidence` when it only quotes the finding's own text (schemas: an answer
+    without `evidence` quotes its text)."""
+    compact = drop_defaults(answer, ANSWER_MODELS[stage])
+    if stage == "extract":
+        for finding in compact.get("findings", []):
+            text = finding.get("text", "")
+            if finding.get("evidence") in ([text], [own_quote(text)]):
+                del finding["evidence"]
+    return compact
 
 
 def _compact_views(obj: Any) -> Any:

@@ -179,6 +179,29 @@ def _grade_checked(grade: type[BaseModel], rows: tuple[tuple[str, str], ...]) ->
     )
 
 
+class _QuotesItsText(BaseModel):
+    """An extracted finding whose answer leaves `evidence` out quotes its own text.
+
+    The quote is the text without its final period (a clause quoted from inside a
+    sentence has none). Most findings are written as the report words them; the judge
+    then writes the words once, not twice (BENCHMARKS.md, "Decode tokens per pair").
+    An explicit `[]` stays empty.
+    """
+
+    model_config = _STRICT
+
+    @model_validator(mode="after")
+    def _evidence_defaults_to_text(self) -> "_QuotesItsText":
+        if "evidence" not in self.model_fields_set:
+            self.evidence = [own_quote(self.text)]
+        return self
+
+
+def own_quote(text: str) -> str:
+    """The quote an answer without `evidence` gives: its text less one final period."""
+    return text[:-1] if text.endswith(".") and len(text) > 1 else text
+
+
 @lru_cache(maxsize=8)
 def answer_models(limits: Limits) -> AnswerModels:
     """The strict answer model of every stage under `limits` (the one definition)."""
@@ -196,7 +219,7 @@ def answer_models(limits: Limits) -> AnswerModels:
     )
     finding = create_model(
         "Finding",
-        __config__=_STRICT,
+        __base__=_QuotesItsText,
         text=(str, Field(min_length=1, max_length=limits.text)),
         clinical_status=(ClinicalStatus, ...),
         clinical_significance=(Significance, ...),
@@ -224,7 +247,7 @@ def answer_models(limits: Limits) -> AnswerModels:
         __config__=_STRICT,
         pred_id=(pred_id, ...),
         gt_id=(gt_id, ...),
-        errors=(list[error], Field(max_length=limits.errors_per_match)),
+        errors=(list[error], Field(default_factory=list, max_length=limits.errors_per_match)),
     )
     return AnswerModels(
         extract=create_model(

@@ -1,0 +1,65 @@
+"""Decode economy (issue 29): the exemplars teach compact answers that lose nothing."""
+
+import json
+
+import pytest
+
+from radmatch.prompting import compact_answer, drop_defaults, finding_view, static_prefix
+from radmatch.prompts import MODALITIES, load_exemplars
+from radmatch.schemas import ANSWER_MODELS, Finding, own_quote
+
+CELLS = [(m, s) for m in MODALITIES for s in ("extract", "match", "grade")]
+
+
+@pytest.mark.parametrize("modality,stage", CELLS)
+def test_a_compact_answer_validates_to_the_same_answer(modality, stage):
+    """Nothing is lost: the compact answer validates to the full one, except that a quote
+    of a finding's whole text comes back without its final period (still a verbatim quote)."""
+    model = ANSWER_MODELS[stage]
+    for exemplar in load_exemplars(modality, stage):
+        full = model.model_validate(exemplar["output"])
+        compact = model.model_validate(compact_answer(stage, exemplar["output"]))
+        if stage == "extract":
+            for mine, theirs in zip(compact.findings, full.findings):
+                if mine.evidence != theirs.evidence:
+                    assert theirs.evidence == [theirs.text] and mine.evidence == [own_quote(theirs.text)]
+                    mine.evidence = theirs.evidence
+        assert compact == full
+
+
+def test_an_answer_without_evidence_quotes_its_own_text():
+    extract = ANSWER_MODELS["extract"]
+    answer = extract.model_validate({"findings": [
+        {"text": "No pneumothorax.", "clinical_status": "normal", "clinical_significance": "routine"},
+        {"text": "Small effusion.", "clinical_status": "abnormal", "clinical_significance": "notable",
+         "evidence": []},
+    ]})
+    assert answer.findings[0].evidence == ["No pneumothorax"]
+    assert answer.findings[1].evidence == []  # an explicit empty list is kept: unattributed
+    # and the compact form leaves out exactly such a quote, nothing else
+    written = {"findings": [{"text": "No effusion.", "clinical_status": "normal",
+                             "clinical_significance": "routine", "evidence": ["No effusion or edema."]}]}
+    assert compact_answer("extract", written) == written
+
+
+@pytest.mark.parametrize("modality,stage", CELLS)
+def test_rendered_exemplar_answers_hold_no_default_and_no_whitespace(modality, stage):
+    answers = [content for role, content in static_prefix(stage, modality) if role == "assistant"]
+    assert answers
+    for text in answers:
+        assert '"comparison":null' not in text and '"measurements":[]' not in text
+        assert '"prior":false' not in text and '"quantity":null' not in text
+        # outside string values the JSON has no whitespace: re-dumping compactly is a no-op
+        assert json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":")) == text
+
+
+def test_drop_defaults_keeps_values_that_only_look_like_defaults():
+    finding = Finding(id="gt_1", text="Nodule.", clinical_status="abnormal",
+                      clinical_significance="notable", comparison="stable",
+                      measurements=[{"value": 0.0, "unit": None, "category": "count", "prior": True}])
+    view = finding_view(finding)
+    assert view["comparison"] == "stable"
+    assert view["measurements"] == [{"value": 0.0, "category": "count", "prior": True}]
+    # a required field is never dropped, whatever its value
+    assert drop_defaults({"value": 0.0, "category": "count"}, type(finding.measurements[0])) == {
+        "value": 0.0, "category": "count"}
