@@ -401,3 +401,11 @@ def test_the_records_shown_in_the_docs_recompute_with_every_change_explained():
             script.explain_record(stored, score_record(stored))  # raises on an unexplained change
             shown += 1
     assert shown >= 1
+
+
+def test_compare_counts_an_unaddressed_negative_in_no_actionable_tier():
+    from radmatch.compare import TOTAL, tier_errors
+
+    counts = tier_errors(score_record(spu_record(("normal", "urgent"), ("abnormal", "notable"),
+                                                 ("normal", "routine"))))
+    assert (counts["urgent"], counts["notable"], counts["routine"], counts[TOTAL]) == (0, 1, 1, 1)

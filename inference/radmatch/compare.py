@@ -47,10 +47,16 @@ DROP_REASONS = {
 
 def tier_errors(record: Record) -> dict[str, int]:
     """Error units (INC, MIS, SPU) of a scored record per significance tier, and the
-    actionable total (errors at an actionable tier: the record's actionable_errors)."""
+    actionable total (errors at an actionable tier: the record's actionable_errors).
+
+    At an actionable tier only units counted as actionable: an SPU of normal findings
+    is not (docs/scoring.md section 5), so the actionable tiers add up to the total.
+    """
     counts = dict.fromkeys(SIGNIFICANCE_TIERS, 0)
     for unit in record.scores.units:
-        if unit.outcome in ERROR_OUTCOMES and unit.tier in counts:
+        if unit.outcome in ERROR_OUTCOMES and unit.tier in counts and (
+            unit.actionable or unit.tier not in ACTIONABLE_TIERS
+        ):
             counts[unit.tier] += 1
     counts[TOTAL] = record.scores.actionable_errors
     return counts
