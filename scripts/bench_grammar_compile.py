@@ -9,8 +9,9 @@ with a vocabulary of Gemma 4's size (262,144 tokens), made from SmolLM2's tokens
 of that size with ordinary word pieces, not Gemma's own.
 
 The schemas are the ones the client sends (`structured_outputs.json`, built by
-Outlines from the answer models), with the served caps (`SERVER_LIMITS`) and, for
-comparison, with every free-text string also bounded (`--strings bounded`). Each
+Outlines from the answer models) with the served list caps (`SERVER_LIMITS`), every
+free-text string either capped at its canonical length (`--strings bounded`, as
+served) or free (`--strings free`, as served before). Each
 compile runs in its own process with a time limit. Each exemplar answer of the stage
 (fewshots/*/STAGE.json) is then checked against the compiled grammar: what the
 prompts teach must stay expressible.
@@ -50,12 +51,11 @@ def served_schema(stage: str, bounded_strings: bool) -> str:
 
     from radmatch.schemas import CANONICAL_LIMITS, SERVER_LIMITS, answer_models
 
-    limits = SERVER_LIMITS
-    if bounded_strings:  # every string capped at its canonical length
-        limits = replace(
-            limits, **{name: getattr(CANONICAL_LIMITS, name)
-                       for name in ("text", "quote", "unit", "reasoning", "indication")}
-        )
+    strings = ("text", "quote", "unit", "reasoning", "indication")
+    # the served caps with every free-text string capped at its canonical length, or free
+    limits = replace(SERVER_LIMITS, **{
+        name: getattr(CANONICAL_LIMITS, name) if bounded_strings else None for name in strings
+    })
     model = answer_models(limits).for_stage(stage)
     return json.dumps(VLLMTypeAdapter().format_output_type(model)["structured_outputs"]["json"])
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=["outlines", "xgrammar"], required=True)
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated (default: all)")
     parser.add_argument("--strings", choices=["free", "bounded", "both"], default="free",
-                        help="the served caps as they are (free), with strings capped, or both")
+                        help="free-text strings capped (as served), free, or both")
     parser.add_argument("--vocab-size", type=int, default=GEMMA4_VOCAB)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per compile")
     parser.add_argument("--json", type=Path, help="append one JSON line per compile here")

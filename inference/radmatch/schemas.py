@@ -10,10 +10,10 @@ Why caps differ by judge (docs/judge.md rule 8): a grammar backend that
 compiles a schema to an automaton (Outlines, in process and in vLLM) pays for every
 bounded repetition; on 2 cores the extraction schema with 60 findings and bounded
 strings took 103 s to compile, with only inner lists bounded 3.6 s, and vLLM gives up
-after 5 s. So a served judge gets `SERVER_LIMITS` (inner lists bounded, outer lists
-and strings free) and the canonical caps are checked on arrival; the embedded small
-judge gets `SMALL_MODEL_LIMITS` (everything bounded, so that a model that never
-closes a list still yields valid JSON within its token budget).
+after 5 s. So a served judge gets `SERVER_LIMITS` (inner lists and strings bounded,
+outer lists free; its server compiles with xgrammar) and the canonical caps are checked
+on arrival; the embedded small judge gets `SMALL_MODEL_LIMITS` (everything bounded, so
+that a model that never closes a list still yields valid JSON within its token budget).
 
 Grading answers are keyed (docs/judge.md rule 18): `{"grades": [{"pred_id", "gt_id",
 "errors": [{"reasoning", "dimension", "severity"}]}]}`, one entry per row sent, the
@@ -87,9 +87,14 @@ CANONICAL_LIMITS = Limits(
     findings=60, text=400, evidence=4, quote=400, measurements=12, unit=24, rows=200,
     reasoning=300, errors_per_match=5, indication=2000, exact_grade_length=True,
 )
+# Strings at their canonical caps, so that a repetition loop inside one ends there, not
+# at the token budget: xgrammar (serve/start_vllm.sh's backend) compiles these schemas
+# once per server, 1-3 minutes each on 2 busy cores for Gemma's 262k vocabulary against
+# about a second unbounded; outlines would take far longer (BENCHMARKS.md, "Grammar
+# compile times"). Outer lists stay free.
 SERVER_LIMITS = Limits(
-    findings=None, text=None, evidence=4, quote=None, measurements=8, unit=None, rows=None,
-    reasoning=None, errors_per_match=5, indication=None, exact_grade_length=False,
+    findings=None, text=400, evidence=4, quote=400, measurements=8, unit=24, rows=None,
+    reasoning=300, errors_per_match=5, indication=2000, exact_grade_length=False,
 )
 # Sized so that the longest JSON these caps allow fits SMALL_MODEL_MAX_TOKENS (config.py):
 # with SmolLM2's tokenizer a full extraction answer is about 1,100 tokens of 1,700. The
