@@ -259,7 +259,8 @@ def add_evaluate_parser(sub: Union[argparse._SubParsersAction, None]) -> None:
                    help="records file, created owner-only (it holds report text)")
     p.add_argument("--resume", action="store_true",
                    help="keep the complete records already in OUT and evaluate only the rest "
-                   "(pairs whose judge failed are tried again)")
+                   "(pairs whose judge failed, or whose input row changed, are evaluated "
+                   "again; records of pairs no longer in INPUT stay but are not counted)")
     p.add_argument("--split", help="split of a saved DatasetDict")
     p.add_argument("--limit", type=int, help="evaluate only the first N rows")
     g = p.add_argument_group("columns")
