@@ -27,10 +27,11 @@
 #   --thinking on|off    Gemma 4's thinking when a request does not say (default on;
 #                        a client's --no-thinking still turns it off per request)
 #                        [RADMATCH_THINKING: 1/0/true/false/yes/no/on/off]
-#   --grammar-backend B  constrained decoding: xgrammar (default: RadMatch's schemas
-#                        compile in about a second) or outlines [RADMATCH_GRAMMAR_BACKEND]
+#   --grammar-backend B  constrained decoding: xgrammar (default) or outlines (its
+#                        compiles take many times longer) [RADMATCH_GRAMMAR_BACKEND]
 #   --compile-limit S    seconds a grammar compile may take before vLLM answers HTTP 400
-#                        (default 600; 0: no limit) [RADMATCH_COMPILE_LIMIT_S]
+#                        (default 600 with xgrammar, none with outlines; 0: no limit)
+#                        [RADMATCH_COMPILE_LIMIT_S]
 #   --log-file F         server log [RADMATCH_LOG_FILE]
 #                        (default ~/.local/state/radmatch/radmatch-judge.log)
 #   --url URL            with --check-only: the server [RADMATCH_BASE_URL]
@@ -88,10 +89,11 @@ readonly PYTHON_MIN_MINOR=11 PYTHON_MAX_MINOR=14  # Python 3.11-3.14 (the wheel'
 readonly DRIVER_MIN_MAJOR=580                     # the wheel links CUDA 13: driver R580+
 readonly CC_MIN=80       # compute capability x10: BF16 and FP8 weight kernels (Ampere+)
 readonly CC_FP8_KV=89    # FP8 KV cache: vLLM's Triton attention (Gemma 4) refuses it below 8.9
-# Grammar compiles: RadMatch's extraction schema took 1 s with xgrammar and about
-# 2 minutes with outlines for a 262k vocabulary on 2 cores (BENCHMARKS.md); past the
-# limit vLLM answers HTTP 400 and every pair would fail.
-readonly DEFAULT_COMPILE_LIMIT_S=600
+# Grammar compiles of RadMatch's answer schemas for a 262k vocabulary on 2 busy cores
+# (BENCHMARKS.md): 1-3 minutes each with xgrammar, which vLLM does not time-limit for
+# JSON schemas; with outlines the extraction schema did not finish in 10 minutes. Past
+# the limit vLLM answers HTTP 400 and every pair would fail: outlines gets none.
+readonly DEFAULT_COMPILE_LIMIT_S=600 OUTLINES_COMPILE_NEEDS_S=600
 
 SERVE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SERVE_DIR
@@ -109,7 +111,7 @@ DP=${RADMATCH_DP:-}
 MAX_MODEL_LEN=${RADMATCH_MAX_MODEL_LEN:-$DEFAULT_MAX_MODEL_LEN}
 THINKING=${RADMATCH_THINKING:-on}
 GRAMMAR_BACKEND=${RADMATCH_GRAMMAR_BACKEND:-xgrammar}
-COMPILE_LIMIT_S=${RADMATCH_COMPILE_LIMIT_S:-$DEFAULT_COMPILE_LIMIT_S}
+COMPILE_LIMIT_S=${RADMATCH_COMPILE_LIMIT_S:-}  # default: after the options, by backend
 LOG_FILE=${RADMATCH_LOG_FILE:-}
 CHECK_URL=""
 GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
@@ -341,9 +343,11 @@ compile_line() {
     else
         echo "grammar: outlines, each compile with $limit; compiled schemas kept on disk in $(outlines_cache_dir)" \
             "(VLLM_V1_USE_OUTLINES_CACHE) for the next start; the readiness check compiles RadMatch's three schemas before 'ready'"
-        if ((COMPILE_LIMIT_S > 0 && COMPILE_LIMIT_S < 300)); then
+        if ((COMPILE_LIMIT_S > 0 && COMPILE_LIMIT_S <= OUTLINES_COMPILE_NEEDS_S)); then
             echo "warning: a compile limit of $COMPILE_LIMIT_S s is below what outlines needed for RadMatch's extraction schema" \
-                "(about 2 minutes for a 262k vocabulary on 2 cores): expect HTTP 400; raise --compile-limit or use --grammar-backend xgrammar"
+                "(more than $OUTLINES_COMPILE_NEEDS_S s for a 262k vocabulary on 2 cores): expect HTTP 400; use --compile-limit 0 or --grammar-backend xgrammar"
+        else
+            echo "note: outlines compiles RadMatch's extraction schema for many minutes on the first start (then from its disk cache)"
         fi
     fi
 }
@@ -833,6 +837,10 @@ parse_args() {
     esac
     [[ $GRAMMAR_BACKEND == xgrammar || $GRAMMAR_BACKEND == outlines ]] \
         || die 2 "--grammar-backend (RADMATCH_GRAMMAR_BACKEND) must be xgrammar or outlines, got '$GRAMMAR_BACKEND'"
+    if [[ -z $COMPILE_LIMIT_S ]]; then
+        COMPILE_LIMIT_S=$DEFAULT_COMPILE_LIMIT_S
+        [[ $GRAMMAR_BACKEND != outlines ]] || COMPILE_LIMIT_S=0
+    fi
     is_uint "$COMPILE_LIMIT_S" \
         || die 2 "--compile-limit (RADMATCH_COMPILE_LIMIT_S) must be a number of seconds (0: no limit), got '$COMPILE_LIMIT_S'"
     [[ $GPU_UTIL =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] \
