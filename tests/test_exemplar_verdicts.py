@@ -28,6 +28,7 @@ from radmatch.schemas import (
     Finding,
     GradingStage,
     MatchingAnswer,
+    answer_models,
     validation_models,
 )
 from radmatch.stages import rows_to_grade
@@ -80,6 +81,8 @@ def test_grade_exemplar_outcomes_are_what_the_code_gives(where, ex):
     # the answer as it would arrive from either kind of judge: every row sent, once, by id
     for limits in (SERVER_LIMITS, SMALL_MODEL_LIMITS):
         validation_models(limits).for_stage("grade", sent).model_validate(answer)
+    # and the small judge's grammar, whose entries carry the rows' ids, admits it
+    answer_models(SMALL_MODEL_LIMITS).for_stage("grade", sent).model_validate(answer)
 
     for pair, want in zip(pairs, expected):
         pred, gt = _finding(pair["pred_finding"]), _finding(pair["gt_finding"])

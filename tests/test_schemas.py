@@ -48,7 +48,7 @@ def test_small_model_schema_caps_every_list_and_string():
     assert finding["evidence"]["items"]["maxLength"] == SMALL_MODEL_LIMITS.quote
     unit = extract["$defs"]["Measurement"]["properties"]["unit"]["anyOf"][0]
     assert unit["maxLength"] == SMALL_MODEL_LIMITS.unit
-    grade = json.loads(schema_text(SMALL_MODEL_LIMITS, "grade", rows=3))
+    grade = json.loads(schema_text(SMALL_MODEL_LIMITS, "grade", rows=3))  # a number: ids free
     assert grade["properties"]["grades"]["minItems"] == 3
     assert grade["properties"]["grades"]["maxItems"] == 3
     entry = grade["$defs"]["GradeEntry"]["properties"]
@@ -111,8 +111,22 @@ def test_grading_is_held_to_every_row_sent_once_by_id_whatever_the_grammar():
         with pytest.raises(ValidationError, match=re.escape(why)):
             validator.model_validate(wrong)
     # the served grammar itself fixes neither the length nor the ids (bounded repetition is costly)
-    assert "minItems" not in schema_text(SERVER_LIMITS, "grade", rows=2)
-    assert "const" not in schema_text(SMALL_MODEL_LIMITS, "grade", rows=2)
+    assert "minItems" not in schema_text(SERVER_LIMITS, "grade", rows=sent)
+    assert "const" not in schema_text(SERVER_LIMITS, "grade", rows=sent)
+
+
+def test_the_small_judges_grammar_fixes_each_entrys_ids_to_the_rows_sent():
+    # with id patterns SmolLM2 numbered its entries p_1-gt_1, p_2-gt_2 whatever the rows
+    sent = [("p_1", "gt_2"), ("p_3", "gt_1")]
+    grammar = answer_models(SMALL_MODEL_LIMITS).for_stage("grade", rows=sent)
+    schema = grammar.model_json_schema()
+    items = [schema["$defs"][ref["$ref"].split("/")[-1]] for ref in schema["properties"]["grades"]["prefixItems"]]
+    assert [(i["properties"]["pred_id"]["const"], i["properties"]["gt_id"]["const"]) for i in items] == sent
+    assert schema["properties"]["grades"]["minItems"] == schema["properties"]["grades"]["maxItems"] == 2
+    grammar.model_validate(grades(*sent))
+    with pytest.raises(ValidationError):
+        grammar.model_validate(grades(("p_1", "gt_1"), ("p_3", "gt_1")))
+    assert answer_models(SMALL_MODEL_LIMITS).for_stage("grade", rows=list(sent)) is grammar  # compiled once
 
 
 def test_grading_errors_give_their_reasoning_before_the_verdict():

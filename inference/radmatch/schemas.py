@@ -17,7 +17,8 @@ that a model that never closes a list still yields valid JSON within its token b
 
 Grading answers are keyed (docs/judge.md rule 18): `{"grades": [{"pred_id", "gt_id",
 "errors": [{"reasoning", "dimension", "severity"}]}]}`, one entry per row sent, the
-reasoning before the verdict. Validation checks the ids against the rows sent.
+reasoning before the verdict. The small judge's grammar fixes each entry's ids to the
+rows sent; a served grammar leaves them patterns, and validation on arrival checks them.
 
 **Stored stages** (`Finding`, `MatchingAnswer`, `GradingStage`): what a record keeps.
 Findings carry the pipeline's ids; stored grading accepts any string as dimension or
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from collections.abc import Iterator, Sequence
-from typing import Annotated, Optional, Union
+from typing import Annotated, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -125,33 +126,56 @@ class AnswerModels:
     def for_stage(
         self, stage: str, rows: Union[None, int, Sequence[tuple[str, str]]] = None
     ) -> type[BaseModel]:
-        """The stage's model. For grading with the rows sent (or their number, for a
-        grammar): under an exact grammar one admitting exactly that many entries; a
-        validator also checks that the entries grade each row sent once, by id."""
+        """The stage's model. For grading with the rows sent: under an exact grammar one
+        whose i-th entry carries the i-th row's ids (given only their number, one fixing
+        the number of entries); a validator checks that the entries grade each row sent
+        once, by id, in any order."""
         if stage != "grade" or rows is None:
             return getattr(self, stage)
-        count = rows if isinstance(rows, int) else len(rows)
-        if self.checks_grade_rows:
-            if isinstance(rows, int):
+        if isinstance(rows, int):
+            if self.checks_grade_rows:
                 raise TypeError("a grading validator needs the rows sent, not their number")
-            return _grade_checked(self.grade, tuple((str(p), str(g)) for p, g in rows))
+            return _grade_exactly(self.grade, rows) if self.exact_grade_length else self.grade
+        rows = tuple((str(p), str(g)) for p, g in rows)
+        if self.checks_grade_rows:
+            return _grade_checked(self.grade, rows)
         if self.exact_grade_length:
-            return _grade_exactly(self.grade, count)
+            return _grade_fixed(self.grade, rows)
         return self.grade
+
+
+def _grade_entry(grade: type[BaseModel]) -> type[BaseModel]:
+    return get_args(grade.model_fields["grades"].annotation)[0]
 
 
 @lru_cache(maxsize=256)
 def _grade_exactly(grade: type[BaseModel], count: int) -> type[BaseModel]:
-    # Ids stay patterns here: fixing them to the rows sent (prefixItems with a const per
-    # entry; Outlines accepts it) would compile a new grammar for every pair, about 5 s
-    # for 3 rows and 50 s for 8 on 2 cores, where a count-fixed grammar compiles once
-    # per row count. The ids are checked on arrival instead (`_grade_checked`).
-    entry = grade.model_fields["grades"].annotation
     return create_model(
         "GradingAnswer",
         __config__=_STRICT,
-        grades=(entry, Field(min_length=count, max_length=count)),
+        grades=(list[_grade_entry(grade)], Field(min_length=count, max_length=count)),
     )
+
+
+@lru_cache(maxsize=256)
+def _grade_fixed(grade: type[BaseModel], rows: tuple[tuple[str, str], ...]) -> type[BaseModel]:
+    """Exactly the rows sent, in order, each entry's ids fixed (JSON schema prefixItems with a
+    const per id; Outlines compiles it). The small judge needs it: with id patterns SmolLM2
+    numbers its entries p_1-gt_1, p_2-gt_2, ... whatever the rows. The price is one grammar
+    compile per distinct set of rows (about as long as a count-fixed grammar's one compile:
+    5 s for 3 rows, 50 s for 8 on a busy 2-core machine) instead of one per row count."""
+    errors = _grade_entry(grade).model_fields["errors"]
+    entries = tuple(
+        create_model(
+            f"GradeEntry{i}",
+            __config__=_STRICT,
+            pred_id=(Literal[pred_id], ...),
+            gt_id=(Literal[gt_id], ...),
+            errors=(errors.annotation, errors),
+        )
+        for i, (pred_id, gt_id) in enumerate(rows, 1)
+    )
+    return create_model("GradingAnswer", __config__=_STRICT, grades=(tuple[entries], ...))
 
 
 def grading_rows_problem(given: Sequence[tuple[str, str]], sent: Sequence[tuple[str, str]]) -> Optional[str]:

@@ -32,6 +32,8 @@ from radmatch.judges.base import JudgeError, JudgeResult, JudgeUnavailable, Mess
 
 THREADS_ENV = "RADMATCH_TORCH_THREADS"
 PREFIX_ENTRIES = 3  # prefilled prefixes kept: one per stage of one modality
+# compiled grading grammars kept (one per set of rows sent); the other stages' are all kept
+GRADING_GENERATORS = 8
 # `cache=` / `.cache` (formerly `past_key_values`) appeared in transformers 5.24.0
 TRANSFORMERS_MIN = (5, 24)
 GPU_HEADROOM = 0.9  # of the free GPU memory, for the weights (activations and cache need the rest)
@@ -156,7 +158,7 @@ class LocalTransformersJudge:
         )
         self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
         self._hf_model = hf_model
-        self._generators: dict[type[BaseModel], Any] = {}
+        self._generators: OrderedDict[type[BaseModel], Any] = OrderedDict()
         # prefix text -> (token ids, kv cache), least recently used first
         self._prefixes: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         self.prefix_entries = PREFIX_ENTRIES
@@ -176,8 +178,13 @@ class LocalTransformersJudge:
     def _generator(self, schema: type[BaseModel]) -> Any:
         import outlines
 
-        if schema not in self._generators:  # compiling a schema's index takes seconds
+        if schema in self._generators:
+            self._generators.move_to_end(schema)
+        else:  # compiling a schema's index takes seconds
             self._generators[schema] = outlines.Generator(self._outlines, schema)
+            grading = [s for s in self._generators if s.__name__ == "GradingAnswer"]
+            for stale in grading[:-GRADING_GENERATORS]:  # least recently used first
+                del self._generators[stale]
         return self._generators[schema]
 
     def _generate_sync(
