@@ -211,7 +211,13 @@ def test_exemplars_are_dropped_to_fit_the_served_context(tmp_path):
     from radmatch.prompting import build_messages, static_prefix
 
     user = {"report": "FINDINGS: " + "Small left pleural effusion. " * 20, "indication": None}
-    bare = estimate_tokens(build_messages("extract", "chest_xray", user, 0)) + MAX_TOKENS["extract"]
+    bare_messages = build_messages("extract", "chest_xray", user, 0)
+    with StubServer(max_model_len=10**6) as server, evaluator(server, tmp_path) as ev:
+        ev.check()  # the estimate learns the server's characters per token (POST /tokenize)
+        measured = ev.judge.count_tokens(bare_messages)
+        assert server.requests[-1]["path"] == "/tokenize"
+    assert measured < estimate_tokens(bare_messages)  # nearer the server's count
+    bare = measured + MAX_TOKENS["extract"]
     available = (len(static_prefix("extract", "chest_xray")) - 1) // 2
     assert available > 0
     pair = PairInput(reference=user["report"], candidate="FINDINGS: Clear lungs.", pair_id="p")

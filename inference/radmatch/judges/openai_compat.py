@@ -49,6 +49,9 @@ from radmatch.judges.base import (
 from radmatch.judges.endpoints import check_endpoint, check_url
 
 BACKENDS = ("vllm", "hosted")
+# margins on the server's measured characters per token: the fixed prompt is text like the
+# one measured; report text (digits, abbreviations) can take more tokens a character
+PREFIX_MARGIN, PAIR_MARGIN = 1.1, 1.5
 ENCODED_ENTRIES = 256  # encoded prefixes kept: stages x modalities x exemplar counts
 KEY_HINT = (
     "set the variable named by --api-key-env (default RADMATCH_API_KEY) to the server's key"
@@ -88,6 +91,7 @@ class OpenAICompatibleJudge:
         self.context_window = context_window
         self.loaded_model: Optional[str] = None  # vLLM's `root`, read by the pre-flight
         self.max_model_len: Optional[int] = None  # the server's context, read by the pre-flight
+        self._chars_per_token: Optional[float] = None  # measured by the pre-flight, when it can
         self.timeout_s = timeout_s
         self._allow_proxy = allow_remote  # a proxy is somewhere else: same opt-in
         self._headers = {"Content-Type": "application/json"}
@@ -154,7 +158,22 @@ class OpenAICompatibleJudge:
         return f'{{"messages": [{head}{_dumps(last)}], {tail}'.encode("utf-8")
 
     def count_tokens(self, messages: list[Message]) -> int:
-        return estimate_tokens(messages)
+        """Tokens of `messages`, estimated from characters (never the server's tokenizer).
+
+        The character estimate (`estimate_tokens`) errs high. When the pre-flight could
+        measure the server's own characters per token on the extraction prompt (vLLM's
+        /tokenize), that rate is used where it gives fewer tokens, with a margin: 10 % on
+        the prompt's fixed part (instructions and exemplars, text like the one measured)
+        and 50 % on the pair's own message (report text: digits, abbreviations).
+        """
+        upper = estimate_tokens(messages)
+        if self._chars_per_token is None:
+            return upper
+        *prefix, last = messages
+        fixed = sum(len(m["content"]) for m in prefix) * PREFIX_MARGIN
+        own = len(last["content"]) * PAIR_MARGIN
+        measured = int((fixed + own) / self._chars_per_token) + 8 * len(messages)
+        return min(upper, measured)
 
     async def generate(
         self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
@@ -275,6 +294,32 @@ class OpenAICompatibleJudge:
         if self.model not in served:
             raise JudgeUnavailable(f"{where} serves {served}, not {self.model!r}; pass --model with one of them")
         self._learn_identity(listed[served.index(self.model)])
+        if self.max_model_len and self.backend == "vllm":
+            await self._calibrate()
+
+    async def _calibrate(self) -> None:
+        """Measure the server's characters per token on the extraction prompt (vLLM's
+        /tokenize, at the server's root); without an answer the estimate stays as it is."""
+        import aiohttp
+
+        from radmatch.prompting import build_messages
+        from radmatch.vocabulary import DEFAULT_MODALITY
+
+        messages = build_messages("extract", DEFAULT_MODALITY, {"report": "", "indication": None})
+        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        body = json.dumps({"model": self.model, "messages": messages}).encode("utf-8")
+        try:
+            async with self._client().post(
+                root + "/tokenize", data=body, headers=self._headers, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=min(self.timeout_s, 10.0)),
+            ) as response:
+                status, content = response.status, await response.read()
+            count = json.loads(content)["count"] if status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+            return
+        chars = sum(len(m["content"]) for m in messages)
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0 and chars / count >= 1:
+            self._chars_per_token = chars / count
 
     def _learn_identity(self, entry: dict[str, Any]) -> None:
         """The loaded weights and the context from the server's model entry (vLLM's

@@ -18,7 +18,8 @@ keep-alive like vLLM. Every request is recorded in `.requests`. Misbehaviour:
   completion_tokens is "many").
 * identity and context, as vLLM's /v1/models gives them: `root` (the loaded weights) and
   `max_model_len`; with `max_model_len`, a chat request whose prompt (characters/4) and
-  max_tokens exceed it gets vLLM's HTTP 400. `redirect`: every request gets a 307 there.
+  max_tokens exceed it gets vLLM's HTTP 400, and POST /tokenize counts a request's
+  messages the same way (vLLM serves it beside /v1). `redirect`: every request gets a 307 there.
 * `always_fail_rate`: a request whose messages hash falls in that fraction gets a 500 on
   every attempt. `fault_rate` with `seed`: each attempt draws from `fault_kinds` by a
   hash of (seed, messages, attempt number), so the draw ignores thread order.
@@ -195,6 +196,11 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except ValueError:
             body = None
+        if self.path.rstrip("/").endswith("/tokenize") and fake.max_model_len and isinstance(body, dict):
+            self._log(body, arrived)["finished"] = time.time()
+            self._send(200, {"count": fake.prompt_tokens(body.get("messages") or []),
+                             "max_model_len": fake.max_model_len})
+            return
         refusal = self._refusal(body)
         self._entry = entry = self._log(body, arrived, None if refusal else messages_digest(body))
         try:
@@ -327,11 +333,16 @@ class StubServer:
         with self._lock:
             entry.update(fields)
 
+    @staticmethod
+    def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+        """The fake tokenizer: characters/4 a message (as `completion`'s usage)."""
+        return sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict))
+
     def context_error(self, body: dict[str, Any]) -> Optional[str]:
         """vLLM's message when the prompt (characters/4) and max_tokens exceed max_model_len."""
         if not self.max_model_len:
             return None
-        prompt = sum(len(str(m.get("content", ""))) // 4 for m in body["messages"])
+        prompt = self.prompt_tokens(body["messages"])
         wanted = prompt + int(body.get("max_tokens") or 0)
         if wanted <= self.max_model_len:
             return None
