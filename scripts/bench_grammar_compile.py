@@ -149,6 +149,15 @@ def _one(backend: str, stage: str, bounded: bool, vocab_size: int, queue: mp.Que
                **getattr(accepts, "extra", {})})
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time a process has used so far (Linux /proc), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 1)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def measure(backend: str, stage: str, bounded: bool, vocab_size: int, timeout: float) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -159,9 +168,11 @@ def measure(backend: str, stage: str, bounded: bool, vocab_size: int, timeout: f
     row = {"backend": backend, "stage": stage, "strings": "bounded" if bounded else "free",
            "vocab": vocab_size}
     if proc.is_alive():
+        cpu = _cpu_seconds(proc.pid)
         proc.terminate()
         proc.join()
-        return {**row, "seconds": None, "note": f"not done after {timeout:g} s (stopped)"}
+        return {**row, "seconds": None, "cpu_s": cpu,
+                "note": f"not done after {timeout:g} s (stopped)"}
     if queue.empty():
         return {**row, "seconds": None, "note": f"failed (exit {proc.exitcode})"}
     result = queue.get()

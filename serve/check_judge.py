@@ -133,6 +133,20 @@ def _served_models(base: str, api_key: str | None, timeout: float) -> list[str]:
     return []
 
 
+def _max_model_len(base: str, model: str, api_key: str | None, timeout: float) -> int | None:
+    """The served model's context length from vLLM's /v1/models, or None."""
+    try:
+        status, raw = _request("GET", f"{base}/v1/models", api_key=api_key, body=None,
+                               timeout=min(timeout, 10.0))
+        if status == 200:
+            for card in json.loads(raw).get("data", []):
+                if card.get("id") == model and isinstance(card.get("max_model_len"), int):
+                    return card["max_model_len"]
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
 def _validate(content: object) -> None:
     if not isinstance(content, str):
         raise CheckFailed(BAD_ANSWER, "invalid JSON answer: the message has no text content")
@@ -235,7 +249,8 @@ class AnswerKit:
         if (inference / "radmatch").is_dir() and str(inference) not in sys.path:
             sys.path.insert(0, str(inference))  # this repository's radmatch, not another install
         from radmatch.config import SERVER_MAX_TOKENS
-        from radmatch.prompting import build_messages
+        from radmatch.judges.base import JudgeError, estimate_tokens
+        from radmatch.prompting import fit_messages
         from radmatch.schemas import SERVER_LIMITS, answer_models, validation_models
 
         served = answer_models(SERVER_LIMITS)
@@ -244,9 +259,24 @@ class AnswerKit:
                         for stage in ("extract", "match", "grade")}
         self.validator = validation_models(SERVER_LIMITS).extract
         self.max_tokens = SERVER_MAX_TOKENS["extract"]
-        self.messages = build_messages(
-            "extract", "chest_xray", {"report": SAMPLE_REPORT, "indication": SAMPLE_INDICATION}
-        )
+        user_input = {"report": SAMPLE_REPORT, "indication": SAMPLE_INDICATION}
+
+        class Budget:  # what fit_messages asks of a judge: its context, a token count
+            def __init__(self, window: int | None) -> None:
+                self.context_window = window
+
+            count_tokens = staticmethod(estimate_tokens)
+
+        def messages(window: int | None) -> list[dict]:
+            """The prompt with as many exemplars as the server's context holds, as the
+            client builds it."""
+            try:
+                return fit_messages(Budget(window), "extract", "chest_xray", user_input,
+                                    self.max_tokens)[0]
+            except JudgeError as exc:
+                raise ValueError(str(exc)) from None
+
+        self.messages = messages
 
 
 def load_answer_kit() -> tuple[AnswerKit | None, str]:
@@ -281,9 +311,13 @@ def real_extraction(
 ) -> tuple[int, float]:
     """One extraction as RadMatch sends it, with the server's default thinking setting
     (no chat_template_kwargs), validated by RadMatch's answer model: (findings, seconds)."""
+    try:
+        messages = kit.messages(_max_model_len(base, model, api_key, timeout))
+    except ValueError as exc:  # the context cannot hold even the instructions and the answer
+        raise CheckFailed(OTHER, f"the real extraction does not fit the server's context: {exc}") from None
     body = {
         "model": model,
-        "messages": kit.messages,
+        "messages": messages,
         "temperature": 0,
         "max_tokens": kit.max_tokens,
         "structured_outputs": {"json": kit.schemas["extract"]},

@@ -59,6 +59,9 @@ STUB_SERVER = textwrap.dedent(
         "clinical_significance": "notable", "evidence": ["The heart is mildly enlarged."]}]}))
     compile_timeout = os.environ.get("STUB_COMPILE_TIMEOUT")  # a schema title
     record = os.environ.get("STUB_RECORD")  # a file: one JSON line per chat request
+    card = {"id": model}
+    if os.environ.get("STUB_MAX_MODEL_LEN"):  # vLLM's model card names the context
+        card["max_model_len"] = int(os.environ["STUB_MAX_MODEL_LEN"])
     if os.environ.get("STUB_CRASH"):
         print("stub: failed to load the model", flush=True)
         sys.exit(1)
@@ -85,7 +88,7 @@ STUB_SERVER = textwrap.dedent(
             if self.path == "/health":
                 self.reply(200, {})
             elif self.path == "/v1/models" and self.authorised():
-                self.reply(200, {"data": [{"id": model}]})
+                self.reply(200, {"data": [card]})
             elif self.path != "/v1/models":
                 self.reply(404, {})
 
@@ -1021,6 +1024,21 @@ def test_check_validates_the_extraction_with_radmatchs_answer_model(stub, answer
     assert result.returncode == 6, result.stderr
     assert "the real extraction is not a valid RadMatch answer" in result.stderr
     assert words in result.stderr
+
+
+def test_the_real_extraction_fits_the_servers_context_as_the_client_does(stub, tmp_path):
+    record = tmp_path / "requests.jsonl"
+    url = stub(STUB_RECORD=str(record), STUB_MAX_MODEL_LEN="12000")  # 8192 for the answer
+    result = check(url)
+    assert result.returncode == 0, result.stderr
+    extraction = recorded(record)[4]["body"]
+    # fewer exemplars than the 16k default context takes, but the real instructions
+    assert 1 < len(extraction["messages"]) < 8
+    assert extraction["messages"][0]["role"] == "system"
+    tiny = stub(STUB_MAX_MODEL_LEN="8300")
+    result = check(tiny)
+    assert result.returncode == 7
+    assert "the real extraction does not fit the server's context" in result.stderr
 
 
 def test_check_names_a_compile_limit_reached(stub):
