@@ -114,7 +114,10 @@ def test_scoring_core_is_pure():
     """The scoring package imports no I/O, network, clock or randomness module."""
     banned = {"os", "io", "socket", "time", "random", "datetime", "subprocess", "pathlib", "httpx",
               "openai", "outlines", "torch", "transformers", "requests", "urllib", "logging"}
-    for path in (REPO / "inference" / "radmatch" / "scoring").glob("*.py"):
+    package = REPO / "inference" / "radmatch"
+    # control_strings: attribution reads a quote of a defanged marker as the report's own
+    # text (docs/judge.md rule 18); it is held to the same purity as the core.
+    for path in [*(package / "scoring").glob("*.py"), package / "control_strings.py"]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names = []
@@ -125,7 +128,8 @@ def test_scoring_core_is_pure():
             assert not banned & set(names), f"{path.name} imports {banned & set(names)}"
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("radmatch."):
                 # radmatch.thresholds: the clinical threshold table, read once at import
-                allowed = ("radmatch.scoring", "radmatch.schemas", "radmatch.thresholds")
+                allowed = ("radmatch.scoring", "radmatch.schemas", "radmatch.thresholds",
+                           "radmatch.control_strings")
                 assert node.module.startswith(allowed), node.module
 
 
