@@ -420,6 +420,7 @@ def test_a_malformed_usage_block_is_unknown_and_fails_nothing(tmp_path):
             records = ev.evaluate(pair_inputs(1, 2))
     assert all(r.scores is not None for r in records), [r.error for r in records]
     assert all(r.usage.completion_tokens == 0 for r in records)
+    assert all(r.usage.unreported_calls == r.usage.judge_calls > 0 for r in records)
 
 
 # ---------------------------------------------------------------------- 15 bidi in the dashboard

@@ -84,6 +84,7 @@ class PairSpend:
     completion_tokens: int = 0
     calls: int = 0
     cached: int = 0
+    unreported: int = 0  # calls whose server gave no readable token counts
     exemplars: dict[str, int] = field(default_factory=dict)
 
 
@@ -197,6 +198,7 @@ class JudgeCalls:
         if owner:
             spend.prompt_tokens += entry["usage"]["prompt_tokens"]
             spend.completion_tokens += entry["usage"]["completion_tokens"]
+            spend.unreported += not entry["usage"].get("reported", True)
         else:  # answered from the store or by a call another pair made
             spend.cached += 1
             self.stats.cached_calls += 1
@@ -258,6 +260,7 @@ class JudgeCalls:
             entry = {"text": result.text, "usage": {
                 "prompt_tokens": result.usage.prompt_tokens,
                 "completion_tokens": result.usage.completion_tokens,
+                **({} if result.usage.reported else {"reported": False}),
             }}
             self.cache.put(key, entry)
             return entry, answer

@@ -268,6 +268,7 @@ class Evaluator:
             cached=spend.calls > 0 and spend.cached == spend.calls,
             judge_calls=spend.calls - spend.cached,
             cached_calls=spend.cached,
+            unreported_calls=spend.unreported,
         )
         record.judge.exemplars_used = spend.exemplars
         return record

@@ -86,6 +86,8 @@ class Usage(BaseModel):
     cached: bool = False  # every answer of this pair came from the cache
     judge_calls: int = 0
     cached_calls: int = 0
+    # judge calls whose server gave no readable token counts: the tokens above are unknown for them
+    unreported_calls: int = 0
 
 
 class Timings(BaseModel):

@@ -53,6 +53,7 @@ class Usage:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reported: bool = True  # False: the server gave no readable counts (then 0, meaning unknown)
 
 
 @dataclass

@@ -377,18 +377,18 @@ def _usage(block: Any) -> Usage:
     (a count that is not a non-negative whole number) is recorded as unknown (0), never
     fails a call whose answer is valid."""
     block = block if isinstance(block, dict) else {}
-    return Usage(
-        prompt_tokens=_count(block.get("prompt_tokens")),
-        completion_tokens=_count(block.get("completion_tokens")),
-    )
+    prompt, completion = _count(block.get("prompt_tokens")), _count(block.get("completion_tokens"))
+    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0,
+                 reported=prompt is not None and completion is not None)
 
 
-def _count(value: Any) -> int:
+def _count(value: Any) -> Optional[int]:
+    """A token count, or None when `value` is not a non-negative whole number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    if isinstance(value, float) and not (value.is_integer() and value >= 0):
-        return 0
-    return int(value) if value >= 0 else 0
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None  # NaN and infinity too
+    return int(value) if value >= 0 else None
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:
