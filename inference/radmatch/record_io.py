@@ -254,9 +254,10 @@ class RecordsWriteError(Exception):
 
     def __init__(self, path: Path, exc: OSError) -> None:
         why = exc.strerror or type(exc).__name__
+        fix = "make room" if exc.errno in WRITE_ERRNOS else "correct that"
         super().__init__(
             f"writing the records to {path} failed ({why}); the records written before "
-            "are complete: make room and run the same command with --resume to go on"
+            f"are complete: {fix} and run the same command with --resume to go on"
         )
         self.errno = exc.errno
 
@@ -279,10 +280,8 @@ class RecordWriter:
                 self.resumed = kept_for_resume(self.path, inputs)
                 _keep_lines(self.path, set(self.resumed.lines.values()))
             self._handle = open_private(self.path, "a" if append or resume else "w")
-        except OSError as exc:
-            if exc.errno in WRITE_ERRNOS:
-                raise RecordsWriteError(self.path, exc) from None
-            raise
+        except OSError as exc:  # a full disk, a folder that refuses writing
+            raise RecordsWriteError(self.path, exc) from None
         self.done = self.resumed.done
 
     def write(self, record: Record) -> None:
