@@ -90,10 +90,11 @@ readonly DRIVER_MIN_MAJOR=580                     # the wheel links CUDA 13: dri
 readonly CC_MIN=80       # compute capability x10: BF16 and FP8 weight kernels (Ampere+)
 readonly CC_FP8_KV=89    # FP8 KV cache: vLLM's Triton attention (Gemma 4) refuses it below 8.9
 # Grammar compiles of RadMatch's answer schemas for a 262k vocabulary on 2 busy cores
-# (BENCHMARKS.md): 1-3 minutes each with xgrammar, which vLLM does not time-limit for
-# JSON schemas; with outlines the extraction schema did not finish in 10 minutes. Past
-# the limit vLLM answers HTTP 400 and every pair would fail: outlines gets none.
-readonly DEFAULT_COMPILE_LIMIT_S=600 OUTLINES_COMPILE_NEEDS_S=600
+# (BENCHMARKS.md): 14-18 s each with xgrammar on an idle machine (up to 200 s on a busy
+# one), which vLLM does not time-limit for JSON schemas; with outlines the extraction
+# schema took 7.6 minutes. Past the limit
+# vLLM answers HTTP 400 and every pair would fail: outlines gets none unless one is set.
+readonly DEFAULT_COMPILE_LIMIT_S=600 OUTLINES_COMPILE_NEEDS_S=900
 
 SERVE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SERVE_DIR
@@ -345,7 +346,7 @@ compile_line() {
             "(VLLM_V1_USE_OUTLINES_CACHE) for the next start; the readiness check compiles RadMatch's three schemas before 'ready'"
         if ((COMPILE_LIMIT_S > 0 && COMPILE_LIMIT_S <= OUTLINES_COMPILE_NEEDS_S)); then
             echo "warning: a compile limit of $COMPILE_LIMIT_S s is below what outlines needed for RadMatch's extraction schema" \
-                "(more than $OUTLINES_COMPILE_NEEDS_S s for a 262k vocabulary on 2 cores): expect HTTP 400; use --compile-limit 0 or --grammar-backend xgrammar"
+                "(458 s for a 262k vocabulary on 2 cores; give it $OUTLINES_COMPILE_NEEDS_S s or more): expect HTTP 400; use --compile-limit 0 or --grammar-backend xgrammar"
         else
             echo "note: outlines compiles RadMatch's extraction schema for many minutes on the first start (then from its disk cache)"
         fi

@@ -26,8 +26,8 @@ def schema_text(limits, stage, rows=None):
 @pytest.mark.parametrize("stage", ["extract", "match", "grade"])
 def test_served_schemas_leave_outer_lists_free_and_bound_strings(stage):
     # a bounded repetition of a large item made vLLM's outlines backend time out (HTTP 500);
-    # bounded strings cost xgrammar, the served backend, one compile of 1-3 minutes per
-    # server, and end a repetition loop inside a string at its cap (serve/README.md)
+    # bounded strings cost xgrammar, the served backend, one compile of 14-18 s a schema
+    # per server, and end a repetition loop inside a string at its cap (serve/README.md)
     text = schema_text(SERVER_LIMITS, stage, rows=3)
     lengths = {int(n) for n in re.findall(r'"maxLength": (\d+)', text)}
     assert lengths and lengths <= {CANONICAL_LIMITS.text, CANONICAL_LIMITS.quote,

@@ -90,9 +90,9 @@ CANONICAL_LIMITS = Limits(
 )
 # Strings at their canonical caps, so that a repetition loop inside one ends there, not
 # at the token budget: xgrammar (serve/start_vllm.sh's backend) compiles these schemas
-# once per server, 1-3 minutes each on 2 busy cores for Gemma's 262k vocabulary against
-# about a second unbounded; outlines would take far longer (BENCHMARKS.md, "Grammar
-# compile times"). Outer lists stay free.
+# once per server, 14-18 s each on 2 idle cores for Gemma's 262k vocabulary (up to 200 s
+# on busy ones) against under a second unbounded; outlines took 7.6 minutes for the
+# extraction schema (BENCHMARKS.md, "Grammar compile times"). Outer lists stay free.
 SERVER_LIMITS = Limits(
     findings=None, text=400, evidence=4, quote=400, measurements=8, unit=24, rows=None,
     reasoning=300, errors_per_match=5, indication=2000, exact_grade_length=False,
