@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# RadPref end to end: the pairs through `radmatch evaluate`, the two single-call
-# baselines (count, enumerate) and `radmatch agreement`, one table (docs/agreement.md).
+# RadPref end to end: the pairs through `radmatch-audit evaluate`, the two single-call
+# baselines (count, enumerate) and `radmatch-audit agreement`, one table (docs/agreement.md).
 #
 #   scripts/agreement_radpref.sh [N] [judge options...]
 #
@@ -27,8 +27,8 @@ fi
 RADPREF_DIR="${RADPREF_DIR:-$here/tests/data/radpref}"
 OUT="${OUT:-${TMPDIR:-/tmp}/radmatch-agreement-radpref}"
 RESAMPLES="${RESAMPLES:-2000}"
-radmatch="${RADMATCH:-$here/.venv/bin/radmatch}"
-[[ -x "$radmatch" ]] || radmatch="radmatch"
+radmatch="${RADMATCH:-$here/.venv/bin/radmatch-audit}"
+[[ -x "$radmatch" ]] || radmatch="radmatch-audit"
 
 umask 077
 mkdir -p "$OUT"

@@ -1,4 +1,4 @@
-"""Peak memory of `radmatch evaluate` at two run sizes: does it stay flat in the number of pairs?
+"""Peak memory of `radmatch-audit evaluate` at two run sizes: does it stay flat in the number of pairs?
 
     python scripts/bench_memory.py [--sizes 2000 20000] [--candidates 4] [--concurrency 32]
                                    [--seed 0] [--timeout-s 3600] [--json]
@@ -6,10 +6,10 @@
 For each size N: N synthetic pairs (N / candidates references of 300-600 characters,
 drawn from a pool of chest X-ray sentences, each with `--candidates` candidates; pair_ids
 unique) are written to a temporary JSONL file; a fresh fake judge server
-(`python -m radmatch.testing.fake_server --port 0`, no latency, no faults) starts in its
+(`python -m radmatch_audit.testing.fake_server --port 0`, no latency, no faults) starts in its
 own process; then
 
-    python -m radmatch.cli evaluate PAIRS.jsonl -o RECORDS.jsonl --no-cache --concurrency 32 -q --json
+    python -m radmatch_audit.cli evaluate PAIRS.jsonl -o RECORDS.jsonl --no-cache --concurrency 32 -q --json
 
 runs as a child process against it. Its peak RSS is the child's own `ru_maxrss`, read
 with `os.wait4` on that pid (neither this script nor the server is counted); while it
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from radmatch.testing.reports import INDICATIONS, SENTENCES
+from radmatch_audit.testing.reports import INDICATIONS, SENTENCES
 
 REFERENCE_CHARS = (300, 600)
 
@@ -76,11 +76,11 @@ def write_pairs(path: Path, n_pairs: int, candidates: int, seed: int) -> dict[st
 
 
 def server_command() -> list[str]:
-    return [sys.executable, "-m", "radmatch.testing.fake_server", "--port", "0", "--latency", "0"]
+    return [sys.executable, "-m", "radmatch_audit.testing.fake_server", "--port", "0", "--latency", "0"]
 
 
 def evaluate_command(pairs: Path, records: Path, concurrency: int) -> list[str]:
-    return [sys.executable, "-m", "radmatch.cli", "evaluate", str(pairs), "-o", str(records),
+    return [sys.executable, "-m", "radmatch_audit.cli", "evaluate", str(pairs), "-o", str(records),
             "--no-cache", "--concurrency", str(concurrency), "-q", "--json"]
 
 
@@ -123,7 +123,7 @@ def line_count(path: Path) -> int:
 
 
 def measure(n_pairs: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """One `radmatch evaluate` run of n_pairs against a fresh fake server."""
+    """One `radmatch-audit evaluate` run of n_pairs against a fresh fake server."""
     pairs, records = workdir / f"pairs-{n_pairs}.jsonl", workdir / f"records-{n_pairs}.jsonl"
     lengths = write_pairs(pairs, n_pairs, args.candidates, args.seed)
     server, base_url = start_server()

@@ -4,7 +4,7 @@
                                      [--capacity 64] [--concurrency 64] [--json]
     python scripts/bench_pipeline.py --base-url http://127.0.0.1:8000/v1 --model NAME
 
-Simulated (default): the fake judge server (radmatch.testing.fake_server) runs in a
+Simulated (default): the fake judge server (radmatch_audit.testing.fake_server) runs in a
 subprocess, so that time.process_time() here is the client's CPU alone. Every call
 takes `--latency` seconds and at most `--capacity` calls are served at once, like a
 GPU batch. The workload is R references x K candidates (synthetic chest X-ray
@@ -16,16 +16,16 @@ through `Evaluator.run`. Reported:
   the calls the run actually made (per pair: extract reference and extract candidate
   -> match -> grade; a call shared by several pairs counted once) on
   `capacity` slots with the simulated latency, without client overhead
-  (radmatch.testing.makespan.ideal_makespan).
+  (radmatch_audit.testing.makespan.ideal_makespan).
 * judge calls per pair, cold and on a rerun over the same answer cache (goal: 0).
 * prompt tokens per pair, as the static prefix (every message but the last) and the
   pair's own part (the last message), counted with the embedded SmolLM2 tokenizer and
   its chat template when it is installed, else as characters / 4.
 * client CPU ms per pair and per judge call, in steady state: the once-per-run setup
   (importing Outlines, each stage's request field) is done before the clock and
-  reported apart. The client runs as `radmatch evaluate` does: the objects alive after
+  reported apart. The client runs as `radmatch-audit evaluate` does: the objects alive after
   its setup are left out of the garbage collector's later passes
-  (`radmatch.pipeline.freeze_setup_heap`).
+  (`radmatch_audit.pipeline.freeze_setup_heap`).
 
 Answer tokens (--answer-tokens [--records FILE]): the decode cost of each stage's
 answer, counted without a judge: completion tokens per answer and per pair (two
@@ -58,10 +58,10 @@ import time
 import urllib.request
 from typing import Any, Callable, Optional
 
-from radmatch import Evaluator, JudgeConfig, PairInput
-from radmatch.pipeline import freeze_setup_heap
-from radmatch.testing.makespan import ideal_makespan
-from radmatch.testing.reports import INDICATIONS, SENTENCES
+from radmatch_audit import Evaluator, JudgeConfig, PairInput
+from radmatch_audit.pipeline import freeze_setup_heap
+from radmatch_audit.testing.makespan import ideal_makespan
+from radmatch_audit.testing.reports import INDICATIONS, SENTENCES
 
 TITLES = {"extract": "ExtractionAnswer", "match": "MatchingAnswer", "grade": "GradingAnswer"}
 PREFIX_METRICS = ("vllm:prefix_cache", "vllm:gpu_prefix_cache")
@@ -128,7 +128,7 @@ def run_pairs(config: JudgeConfig, pairs: list[PairInput]) -> dict[str, Any]:
         started = time.process_time()
         prepare(evaluator)
         setup_cpu = time.process_time() - started
-        freeze_setup_heap()  # as `radmatch evaluate` does once its judge is up
+        freeze_setup_heap()  # as `radmatch-audit evaluate` does once its judge is up
         cpu, wall = time.process_time(), time.perf_counter()
         stats = evaluator.run(pairs, on_record=records.append)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -143,7 +143,7 @@ def run_pairs(config: JudgeConfig, pairs: list[PairInput]) -> dict[str, Any]:
 
 
 def start_fake_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "radmatch.testing.fake_server", "--port", "0",
+    command = [sys.executable, "-m", "radmatch_audit.testing.fake_server", "--port", "0",
                "--latency", str(args.latency), "--capacity", str(args.capacity),
                "--fault-rate", str(args.fault_rate),
                "--always-fail-rate", str(args.always_fail_rate)]
@@ -238,7 +238,7 @@ def token_counter() -> tuple[str, Callable[[list[dict[str, Any]]], int]]:
     try:
         from transformers import AutoTokenizer
 
-        from radmatch.smollm import ensure_hf_dir
+        from radmatch_audit.smollm import ensure_hf_dir
 
         tokenizer = AutoTokenizer.from_pretrained(str(ensure_hf_dir()))
 
@@ -419,9 +419,9 @@ def _authored_answers(path: str) -> dict[str, list[dict[str, Any]]]:
 
 def answer_tokens(records_path: Optional[str], answers_path: Optional[str] = None) -> dict[str, Any]:
     """Completion tokens per answer and per pair, before and after the compact rendering."""
-    from radmatch.prompting import compact_answer
-    from radmatch.prompts import MODALITIES, load_exemplars
-    from radmatch.record_io import read_records
+    from radmatch_audit.prompting import compact_answer
+    from radmatch_audit.prompts import MODALITIES, load_exemplars
+    from radmatch_audit.record_io import read_records
 
     counted_by, count = token_counter()
 

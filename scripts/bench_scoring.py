@@ -3,14 +3,14 @@
     python scripts/bench_scoring.py [--pairs 10000] [--seed 0] [--repeats 3]
                                     [--profile realistic|stress|both]
 
-Writes N synthetic records to a temp file, as `radmatch evaluate` writes them (stages and
-scores), then times the same path as `radmatch recompute`: read, parse, score, write,
+Writes N synthetic records to a temp file, as `radmatch-audit evaluate` writes them (stages and
+scores), then times the same path as `radmatch-audit recompute`: read, parse, score, write,
 fold into the corpus summary, on one core, in CPU time. Reports pairs/s for the whole path
 (median of the runs), its time as a multiple of a stdlib JSON round trip of the same
 lines measured beside it (steady where the machine's speed drifts), and the share of each
 phase. Goal: >= 2,000 pairs/s on the realistic profile.
 
-Two workloads (`radmatch.testing.synthetic`), both 8-15 findings a side:
+Two workloads (`radmatch_audit.testing.synthetic`), both 8-15 findings a side:
 
 * realistic: the candidate is derived from the reference at the error rates radiologists
   annotated in RadPref: 58 % of reference findings missed, 47 % of candidate findings
@@ -31,11 +31,11 @@ import sys
 import tempfile
 import time
 
-from radmatch.cli import WRITE_BUFFER
-from radmatch.corpus import CorpusSummary
-from radmatch.recompute import recompute_lines, score_record
-from radmatch.record_io import parse_record
-from radmatch.testing.synthetic import PROFILES
+from radmatch_audit.cli import WRITE_BUFFER
+from radmatch_audit.corpus import CorpusSummary
+from radmatch_audit.recompute import recompute_lines, score_record
+from radmatch_audit.record_io import parse_record
+from radmatch_audit.testing.synthetic import PROFILES
 
 
 def measure(profile: str, pairs: int, seed: int, repeats: int = 3) -> dict:
@@ -53,7 +53,7 @@ def measure(profile: str, pairs: int, seed: int, repeats: int = 3) -> dict:
         out_path = os.path.join(tmp, "out.jsonl")
         actionable = 0
         with open(path, "w", encoding="utf-8") as fh:
-            for i in range(pairs):  # as `radmatch evaluate` writes them: with scores
+            for i in range(pairs):  # as `radmatch-audit evaluate` writes them: with scores
                 record = score_record(make(rnd, i))
                 actionable += record.scores.actionable_errors
                 fh.write(record.to_json() + "\n")
@@ -68,7 +68,7 @@ def measure(profile: str, pairs: int, seed: int, repeats: int = 3) -> dict:
 
 
 def _recompute(path: str, out_path: str) -> float:
-    """CPU seconds of the whole path, exactly as `radmatch recompute` runs it."""
+    """CPU seconds of the whole path, exactly as `radmatch-audit recompute` runs it."""
     summary = CorpusSummary()
     start = time.process_time()
     with open(path, encoding="utf-8") as src, open(

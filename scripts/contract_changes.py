@@ -6,7 +6,7 @@
 The records file `tests/data/records_bdb6a1e.jsonl.gz` (gzip: 1.7 MB of JSONL) holds the repository's records (the
 test and demo corpora, the worked example, and records made from the few-shot match
 and grade exemplars) as the code at commit bdb6a1e, before the change, built and
-scored them. This script recomputes each with the current code, as `radmatch
+scored them. This script recomputes each with the current code, as `radmatch-audit
 recompute` does, compares every unit with its stored version and names the rule that
 explains each difference (docs/scoring.md, "Contract changes"):
 
@@ -60,7 +60,7 @@ RULES = {
 def grading_stage(rows: list[tuple[str, str]], per_row: list[list[dict]]) -> Any:
     """A stored grading stage in the format of the code this runs under: keyed `grades`
     (since issue 26) or, at bdb6a1e, `errors_per_match` aligned with `pairs`."""
-    from radmatch.schemas import GradingStage
+    from radmatch_audit.schemas import GradingStage
 
     if "grades" in GradingStage.model_fields:
         return GradingStage.model_validate({
@@ -72,8 +72,8 @@ def grading_stage(rows: list[tuple[str, str]], per_row: list[list[dict]]) -> Any
 
 def _fewshot_records(fewshots: Path) -> list[Any]:
     """Records from the match and grade exemplars: their findings, rows and grades."""
-    from radmatch.records import Record, Stages
-    from radmatch.schemas import Finding, GradingStage, MatchingAnswer
+    from radmatch_audit.records import Record, Stages
+    from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer
 
     def findings(items: list[dict]) -> list[Finding]:
         out = []
@@ -142,7 +142,7 @@ def repository_records(fewshots: Path = REPO / "fewshots") -> list[Any]:
 
     import dashboard_fixtures as fx
     from builders import fig3_record
-    from radmatch.testing.synthetic import PROFILES
+    from radmatch_audit.testing.synthetic import PROFILES
 
     records = [fig3_record(), *fx.demo_records(), *fx.synthetic_corpus(60, seed=3)]
     for profile, make in PROFILES.items():
@@ -156,9 +156,9 @@ def probe_records() -> list[Any]:
     """Pairs made to sit on each rule's boundary (pair ids `probe-...`), not repository data:
     values exactly at every threshold in mm, cm, fractions and percent; omitted values with
     and without a quantity; SPU units of normal and abnormal findings at every tier."""
-    from radmatch.records import Record, Stages
-    from radmatch.schemas import Finding, MatchingAnswer, Measurement
-    from radmatch.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.records import Record, Stages
+    from radmatch_audit.schemas import Finding, MatchingAnswer, Measurement
+    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
 
     def finding(id_: str, status: str = "abnormal", tier: str = "notable", values=()) -> Finding:
         return Finding(
@@ -218,10 +218,10 @@ def probe_records() -> list[Any]:
 
 def emit(out: Any, fewshots: Path) -> None:
     """Write every repository record, scored by the code this runs under, as JSONL."""
-    import radmatch
-    from radmatch.recompute import score_record
+    import radmatch_audit
+    from radmatch_audit.recompute import score_record
 
-    package = Path(radmatch.__file__).resolve()
+    package = Path(radmatch_audit.__file__).resolve()
     if fewshots.resolve().parent not in package.parents:
         raise SystemExit(f"--emit runs the package at {package}, not the one beside {fewshots}")
     for record in repository_records(fewshots) + probe_records():
@@ -267,7 +267,7 @@ def _key(unit: Any) -> tuple:
 def _sided(reasoning: str) -> str:
     """An old threshold note with the current table's sides put in ('crosses 55 mm' ->
     'crosses >= 55 mm'): what rule 4 changes in a crossing's text alone."""
-    from radmatch.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
 
     head, sep, crossed = reasoning.partition(" crosses ")
     if not sep:
@@ -283,8 +283,8 @@ def _sided(reasoning: str) -> str:
 
 def _at_a_threshold(measurements: Iterable[Any], others: Iterable[Any]) -> bool:
     """Whether a value, in its quantity's unit after steps 1-2, equals one of its thresholds."""
-    from radmatch.scoring.comparators import normalise
-    from radmatch.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.scoring.comparators import normalise
+    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
 
     ref, cand = normalise(list(measurements), list(others))
     for value in ref + cand:
@@ -407,10 +407,10 @@ def jsonl_lines(text: str) -> list[str]:
 
 
 def recompute_file(path: Path) -> tuple[list[Any], list[Any]]:
-    """(the records as stored, the same records after `radmatch recompute`)."""
-    from radmatch.corpus import CorpusSummary
-    from radmatch.record_io import parse_record
-    from radmatch.recompute import recompute_lines
+    """(the records as stored, the same records after `radmatch-audit recompute`)."""
+    from radmatch_audit.corpus import CorpusSummary
+    from radmatch_audit.record_io import parse_record
+    from radmatch_audit.recompute import recompute_lines
 
     lines = jsonl_lines(read_text(path))
     out = StringIO()
@@ -448,7 +448,7 @@ def count_changes(old: list[Any], new: list[Any]) -> tuple[Counter, Counter, lis
 def position_changes(fewshots: Path = REPO / "fewshots") -> tuple[int, int, int]:
     """Rule 2 on the current exemplars: (records with position values, units that differ
     from the same record with those values labelled `other`, units whose outcome differs)."""
-    from radmatch.recompute import score_record
+    from radmatch_audit.recompute import score_record
 
     records = with_positions = units = outcomes = 0
     for record in _fewshot_records(fewshots):

@@ -4,10 +4,10 @@
     .venv/bin/python scripts/redteam.py --limit 3 -o small.jsonl        # embedded SmolLM2 (plumbing only)
     .venv/bin/python scripts/redteam.py --records redteam-records.jsonl  # re-check, no judge
 
-The pairs go through the normal pipeline (`Evaluator.from_config`, as `radmatch
+The pairs go through the normal pipeline (`Evaluator.from_config`, as `radmatch-audit
 evaluate` builds it; every RADMATCH_* variable applies); records are written owner-only
 as they finish. Then each pair's expectations are checked from its record
-(radmatch.redteam) and a table is printed: pair, behaviour, pass / fail / judge-failed,
+(radmatch_audit.redteam) and a table is printed: pair, behaviour, pass / fail / judge-failed,
 and why (finding ids and the set's own patterns, never report text). Exits 0 whatever
 the pass rate; 2 on a usage error (bad options or files, a judge that cannot serve).
 """
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from radmatch import Evaluator, JudgeConfig, PairInput, read_records
-from radmatch.redteam import PairResult, check_records, load_pairs
+from radmatch_audit import Evaluator, JudgeConfig, PairInput, read_records
+from radmatch_audit.redteam import PairResult, check_records, load_pairs
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "redteam" / "pairs.jsonl"
 BEHAVIOUR_WIDTH = 60
@@ -34,7 +34,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--records", metavar="RECORDS.jsonl", help="check these records instead of running a judge")
     p.add_argument("--limit", type=int, help="run only the first N pairs")
     p.add_argument("--pair", action="append", metavar="ID", help="run only this pair (repeatable)")
-    j = p.add_argument_group("judge (as radmatch evaluate; RADMATCH_* variables apply)")
+    j = p.add_argument_group("judge (as radmatch-audit evaluate; RADMATCH_* variables apply)")
     j.add_argument("--base-url", help="OpenAI-compatible server; without one, the embedded CPU judge")
     j.add_argument("--model", help="served model name (default radmatch-judge)")
     j.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key")
@@ -62,9 +62,9 @@ def select(pairs: list[dict], args: argparse.Namespace) -> list[dict]:
 
 
 def run_judge(pairs: list[dict], args: argparse.Namespace) -> None:
-    """Evaluate the pairs into args.output, the way `radmatch evaluate` does."""
-    from radmatch.judges.base import JudgeUnavailable
-    from radmatch.record_io import RecordWriter
+    """Evaluate the pairs into args.output, the way `radmatch-audit evaluate` does."""
+    from radmatch_audit.judges.base import JudgeUnavailable
+    from radmatch_audit.record_io import RecordWriter
 
     config = JudgeConfig.from_env(
         base_url=args.base_url, model=args.model, api_key_env=args.api_key_env, backend=args.backend,

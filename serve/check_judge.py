@@ -246,12 +246,12 @@ class AnswerKit:
 
     def __init__(self) -> None:
         inference = REPO / "inference"
-        if (inference / "radmatch").is_dir() and str(inference) not in sys.path:
+        if (inference / "radmatch_audit").is_dir() and str(inference) not in sys.path:
             sys.path.insert(0, str(inference))  # this repository's radmatch, not another install
-        from radmatch.config import SERVER_MAX_TOKENS
-        from radmatch.judges.base import JudgeError, estimate_tokens
-        from radmatch.prompting import fit_messages
-        from radmatch.schemas import SERVER_LIMITS, answer_models, validation_models
+        from radmatch_audit.config import SERVER_MAX_TOKENS
+        from radmatch_audit.judges.base import JudgeError, estimate_tokens
+        from radmatch_audit.prompting import fit_messages
+        from radmatch_audit.schemas import SERVER_LIMITS, answer_models, validation_models
 
         served = answer_models(SERVER_LIMITS)
         # the schema each stage's request carries (Outlines sends the model's JSON schema)

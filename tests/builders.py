@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from radmatch.records import Record, Stages
-from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
+from radmatch_audit.records import Record, Stages
+from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
 
 
 def m(value: float, unit: Optional[str], category: str = "size", prior: bool = False) -> Measurement:

@@ -21,6 +21,6 @@ def shared_answer_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def local_judge():
-    from radmatch.judges.local import LocalTransformersJudge
+    from radmatch_audit.judges.local import LocalTransformersJudge
 
     return LocalTransformersJudge()

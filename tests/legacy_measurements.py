@@ -21,8 +21,8 @@ from typing import Iterable, Optional
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from radmatch.schemas import Measurement
-from radmatch.scoring.results import UnitError
+from radmatch_audit.schemas import Measurement
+from radmatch_audit.scoring.results import UnitError
 
 UNIT_SYNONYMS = {
     "%": "pct",
@@ -229,9 +229,9 @@ def scored_by_legacy(record):
     """`score_record` with this comparator in place of the current one (the old rule)."""
     from unittest import mock
 
-    from radmatch.recompute import score_record
+    from radmatch_audit.recompute import score_record
 
-    with mock.patch("radmatch.scoring.score.measurement_errors", measurement_errors):
+    with mock.patch("radmatch_audit.scoring.score.measurement_errors", measurement_errors):
         return score_record(record)
 
 

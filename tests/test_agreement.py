@@ -1,4 +1,4 @@
-"""`radmatch agreement`: statistics against scipy, the clustered bootstrap, blocked tau-b by
+"""`radmatch-audit agreement`: statistics against scipy, the clustered bootstrap, blocked tau-b by
 hand, the RadPref loader by hand, the ReXVal and RadEvalExpert column checks."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from radmatch.agreement import AnnotationError, load_annotations
-from radmatch.agreement import stats as agreement_stats
-from radmatch.agreement.annotations import AnnotationSet, Case, Endpoint
-from radmatch.agreement.methods import MethodScores
-from radmatch.agreement.radevalexpert import load_radevalexpert, parse_cell
-from radmatch.agreement.report import compare, preference, to_markdown
-from radmatch.agreement.rexval import load_rexval
-from radmatch.agreement.stats import agreement, blocked_tau_b, kendall_tau_b, pearson_r
-from radmatch.resampling import group_by_study
+from radmatch_audit.agreement import AnnotationError, load_annotations
+from radmatch_audit.agreement import stats as agreement_stats
+from radmatch_audit.agreement.annotations import AnnotationSet, Case, Endpoint
+from radmatch_audit.agreement.methods import MethodScores
+from radmatch_audit.agreement.radevalexpert import load_radevalexpert, parse_cell
+from radmatch_audit.agreement.report import compare, preference, to_markdown
+from radmatch_audit.agreement.rexval import load_rexval
+from radmatch_audit.agreement.stats import agreement, blocked_tau_b, kendall_tau_b, pearson_r
+from radmatch_audit.resampling import group_by_study
 
 RADPREF = Path(__file__).resolve().parent / "data" / "radpref"  # shipped: see its README.md
 

@@ -1,5 +1,5 @@
 """The single-call baselines end to end through a real loopback HTTP server, then
-`radmatch agreement` over their records and RadMatch's, on the shipped RadPref subset."""
+`radmatch-audit agreement` over their records and RadMatch's, on the shipped RadPref subset."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from radmatch import baselines
-from radmatch.cli import main
-from radmatch.testing import fake_server
-from radmatch.testing.fake_server import StubServer
+from radmatch_audit import baselines
+from radmatch_audit.cli import main
+from radmatch_audit.testing import fake_server
+from radmatch_audit.testing.fake_server import StubServer
 
 RADPREF = Path(__file__).resolve().parent / "data" / "radpref"  # shipped: see its README.md
 _SENTENCE = re.compile(r"[^.]+\.")
@@ -124,7 +124,7 @@ def test_count_grammar_is_bounded_and_prompts_load():
 
 
 def test_stage_prompts_loader_is_not_confused_by_the_baselines_folder():
-    from radmatch.prompts import load_instructions, prompt_version
+    from radmatch_audit.prompts import load_instructions, prompt_version
 
     assert load_instructions("match").startswith("# Stage:")
     assert prompt_version("extract", "chest_xray").startswith("v1-")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from radmatch.recompute import score_record
-from radmatch.testing.fake_server import StubServer
-from radmatch.testing.synthetic import realistic_record, stress_record
+from radmatch_audit.recompute import score_record
+from radmatch_audit.testing.fake_server import StubServer
+from radmatch_audit.testing.synthetic import realistic_record, stress_record
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench_scoring.py"
 

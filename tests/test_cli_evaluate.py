@@ -1,4 +1,4 @@
-"""`radmatch evaluate` over JSONL, CSV and a saved `datasets` folder, against a loopback server."""
+"""`radmatch-audit evaluate` over JSONL, CSV and a saved `datasets` folder, against a loopback server."""
 
 import ast
 import csv
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from radmatch import read_records
-from radmatch.testing.fake_server import StubServer
+from radmatch_audit import read_records
+from radmatch_audit.testing.fake_server import StubServer
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [
@@ -24,7 +24,7 @@ ROWS = [
 
 def evaluate(server, *args, cwd=None):
     env = {**os.environ, "RADMATCH_BASE_URL": server.base_url, "RADMATCH_MODEL": "stub-judge"}
-    return subprocess.run([sys.executable, "-m", "radmatch.cli", "evaluate", *args, "--no-cache", "-q", "--json"],
+    return subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "evaluate", *args, "--no-cache", "-q", "--json"],
                           capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
 
 
@@ -93,7 +93,7 @@ def test_unreachable_server_stops_the_run_before_any_record(tmp_path):
     out = tmp_path / "records.jsonl"
     out.write_text("earlier records\n")
     env = {**os.environ, "RADMATCH_BASE_URL": "http://127.0.0.1:9/v1"}
-    proc = subprocess.run([sys.executable, "-m", "radmatch.cli", "evaluate", str(src), "-o", str(out), "-q"],
+    proc = subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "evaluate", str(src), "-o", str(out), "-q"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2
     assert "cannot reach the judge server at http://127.0.0.1:9/v1" in proc.stderr
@@ -104,7 +104,7 @@ def test_public_endpoint_is_refused_before_any_request(tmp_path):
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"reference": "a", "candidate": "b"}) + "\n")
     env = {**os.environ, "RADMATCH_BASE_URL": "https://93.184.216.34/v1"}
-    proc = subprocess.run([sys.executable, "-m", "radmatch.cli", "evaluate", str(src), "-o", str(tmp_path / "o.jsonl")],
+    proc = subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "evaluate", str(src), "-o", str(tmp_path / "o.jsonl")],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2
     assert "refusing to send report text" in proc.stderr and "--allow-remote-endpoint" in proc.stderr
@@ -114,7 +114,7 @@ def test_scoring_core_is_pure():
     """The scoring package imports no I/O, network, clock or randomness module."""
     banned = {"os", "io", "socket", "time", "random", "datetime", "subprocess", "pathlib", "httpx",
               "openai", "outlines", "torch", "transformers", "requests", "urllib", "logging"}
-    package = REPO / "inference" / "radmatch"
+    package = REPO / "inference" / "radmatch_audit"
     # control_strings: attribution reads a quote of a defanged marker as the report's own
     # text (docs/judge.md rule 18); it is held to the same purity as the core.
     for path in [*(package / "scoring").glob("*.py"), package / "control_strings.py"]:
@@ -127,27 +127,27 @@ def test_scoring_core_is_pure():
                 names = [node.module.split(".")[0]]
             assert not banned & set(names), f"{path.name} imports {banned & set(names)}"
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("radmatch."):
-                # radmatch.thresholds: the clinical threshold table, read once at import
-                allowed = ("radmatch.scoring", "radmatch.schemas", "radmatch.thresholds",
-                           "radmatch.control_strings")
+                # radmatch_audit.thresholds: the clinical threshold table, read once at import
+                allowed = ("radmatch_audit.scoring", "radmatch_audit.schemas", "radmatch_audit.thresholds",
+                           "radmatch_audit.control_strings")
                 assert node.module.startswith(allowed), node.module
 
 
 def test_public_api():
-    import radmatch
+    import radmatch_audit
 
-    assert sorted(radmatch.__all__) == sorted(
+    assert sorted(radmatch_audit.__all__) == sorted(
         ["CorpusSummary", "Evaluator", "JudgeConfig", "PairInput", "Record", "evaluate_pairs",
          "read_records", "score_pair", "score_record", "summarize"]
     )
-    from radmatch import config, corpus, pipeline, record_io, records, recompute, scoring
+    from radmatch_audit import config, corpus, pipeline, record_io, records, recompute, scoring
 
     homes = {"CorpusSummary": corpus, "Evaluator": pipeline, "JudgeConfig": config, "PairInput": records,
              "Record": records, "evaluate_pairs": pipeline, "read_records": record_io, "score_pair": scoring,
              "score_record": recompute, "summarize": corpus}
-    for name in radmatch.__all__:  # each public name is the object its module defines
-        assert getattr(radmatch, name) is getattr(homes[name], name), name
-    heavy = subprocess.run([sys.executable, "-c", "import sys, radmatch; print(sorted(m for m in "
+    for name in radmatch_audit.__all__:  # each public name is the object its module defines
+        assert getattr(radmatch_audit, name) is getattr(homes[name], name), name
+    heavy = subprocess.run([sys.executable, "-c", "import sys, radmatch_audit; print(sorted(m for m in "
                             "('torch','transformers','outlines','openai') if m in sys.modules))"],
                            capture_output=True, text=True, timeout=60)
     assert heavy.stdout.strip() == "[]"  # heavy imports wait until a judge is built

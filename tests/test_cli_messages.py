@@ -11,8 +11,8 @@ from builders import fig3_record
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ROOT / "examples" / "pairs.jsonl"
-CLI = [sys.executable, "-m", "radmatch.cli"]
-PAIRS_MESSAGE = "is not a records file (it looks like input pairs: run `radmatch evaluate` on it first)"
+CLI = [sys.executable, "-m", "radmatch_audit.cli"]
+PAIRS_MESSAGE = "is not a records file (it looks like input pairs: run `radmatch-audit evaluate` on it first)"
 
 
 def run_cli(*args):
@@ -24,7 +24,7 @@ def error_line(proc) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines and lines[-1].startswith("radmatch: error: "), proc.stderr
+    assert lines and lines[-1].startswith("radmatch-audit: error: "), proc.stderr
     return lines[-1]
 
 
@@ -44,14 +44,14 @@ def failed(pair_id: str, error: str) -> str:
 
 def test_dashboard_of_a_missing_file_says_cannot_read(tmp_path):
     line = error_line(run_cli("dashboard", tmp_path / "MISSING.jsonl", "-o", tmp_path / "x.html"))
-    assert line == f"radmatch: error: cannot read {tmp_path / 'MISSING.jsonl'}: No such file or directory"
+    assert line == f"radmatch-audit: error: cannot read {tmp_path / 'MISSING.jsonl'}: No such file or directory"
     assert not (tmp_path / "x.html").exists()
 
 
 def test_dashboard_compare_with_a_missing_file_says_cannot_read(tmp_path):
     src = write_records(tmp_path / "r.jsonl", [fig3_record()])
     proc = run_cli("dashboard", src, "--compare", tmp_path / "MISSING.jsonl", "-o", tmp_path / "x.html")
-    assert error_line(proc).startswith(f"radmatch: error: cannot read {tmp_path / 'MISSING.jsonl'}")
+    assert error_line(proc).startswith(f"radmatch-audit: error: cannot read {tmp_path / 'MISSING.jsonl'}")
 
 
 def test_dashboard_of_records_still_writes_the_page(tmp_path):
@@ -95,22 +95,22 @@ def test_summary_json_to_a_closed_pipe_ends_quietly(tmp_path):
 
 def test_dashboard_of_a_pairs_file_is_refused(tmp_path):
     proc = run_cli("dashboard", PAIRS, "-o", tmp_path / "x.html")
-    assert error_line(proc) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+    assert error_line(proc) == f"radmatch-audit: error: {PAIRS} {PAIRS_MESSAGE}"
     assert proc.stdout == "" and not (tmp_path / "x.html").exists()
 
 
 def test_dashboard_compare_with_a_pairs_file_is_refused(tmp_path):
     src = write_records(tmp_path / "r.jsonl", [fig3_record()])
     proc = run_cli("dashboard", src, "--compare", PAIRS, "-o", tmp_path / "x.html")
-    assert error_line(proc) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+    assert error_line(proc) == f"radmatch-audit: error: {PAIRS} {PAIRS_MESSAGE}"
 
 
 def test_summary_and_recompute_of_a_pairs_file_are_refused(tmp_path):
-    assert error_line(run_cli("summary", PAIRS)) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+    assert error_line(run_cli("summary", PAIRS)) == f"radmatch-audit: error: {PAIRS} {PAIRS_MESSAGE}"
     assert error_line(run_cli("summary", PAIRS, "--json")).endswith(PAIRS_MESSAGE)
     out = tmp_path / "out.jsonl"
     proc = run_cli("recompute", PAIRS, "-o", out)
-    assert error_line(proc) == f"radmatch: error: {PAIRS} {PAIRS_MESSAGE}"
+    assert error_line(proc) == f"radmatch-audit: error: {PAIRS} {PAIRS_MESSAGE}"
     assert not out.exists()  # refused before the output is created
 
 
@@ -119,9 +119,9 @@ def test_a_file_of_unreadable_lines_is_not_a_records_file(tmp_path):
     src.write_text("{not json\n[1, 2]\n", encoding="utf-8")
     for args in (["summary", src], ["recompute", src, "-o", tmp_path / "o.jsonl"]):
         line = error_line(run_cli(*args))
-        assert line == f"radmatch: error: {src} is not a records file (no line of it could be read as a record)"
+        assert line == f"radmatch-audit: error: {src} is not a records file (no line of it could be read as a record)"
     line = error_line(run_cli("dashboard", src, "-o", tmp_path / "x.html"))
-    assert line.startswith(f"radmatch: error: no line of {src} could be read as a record (line 1 skipped: invalid JSON")
+    assert line.startswith(f"radmatch-audit: error: no line of {src} could be read as a record (line 1 skipped: invalid JSON")
 
 
 def test_one_bad_line_among_records_is_still_exit_1(tmp_path):
@@ -183,9 +183,9 @@ def test_empty_records_file_holds_no_records(tmp_path):
     for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n")):
         src = tmp_path / name
         src.write_text(text, encoding="utf-8")
-        assert error_line(run_cli("summary", src)) == f"radmatch: error: {src} holds no records"
+        assert error_line(run_cli("summary", src)) == f"radmatch-audit: error: {src} holds no records"
         out = tmp_path / "out.jsonl"
-        assert error_line(run_cli("recompute", src, "-o", out)) == f"radmatch: error: {src} holds no records"
+        assert error_line(run_cli("recompute", src, "-o", out)) == f"radmatch-audit: error: {src} holds no records"
         assert not out.exists()
         line = error_line(run_cli("dashboard", src, "-o", tmp_path / "x.html"))
-        assert line == f"radmatch: error: {src} holds no records"
+        assert line == f"radmatch-audit: error: {src} holds no records"

@@ -3,7 +3,7 @@
 import pytest
 
 from builders import f, m
-from radmatch.scoring.comparators import (
+from radmatch_audit.scoring.comparators import (
     comparison_error,
     is_major,
     measurement_errors,

@@ -1,4 +1,4 @@
-"""`radmatch compare`: the paired statistics against known data, and the command."""
+"""`radmatch-audit compare`: the paired statistics against known data, and the command."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from builders import f, matching, record
-from radmatch.compare import (
+from radmatch_audit.compare import (
     compare_records,
     format_comparison,
     sign_flip_p_values,
     tier_errors,
 )
-from radmatch.recompute import score_record
-from radmatch.record_io import RecordWriter
-from radmatch.resampling import group_by_study, mean_interval
+from radmatch_audit.recompute import score_record
+from radmatch_audit.record_io import RecordWriter
+from radmatch_audit.resampling import group_by_study, mean_interval
 
 
 def scored(pair_id: str, study, misses: dict[str, int], reference: str | None = None):
@@ -143,7 +143,7 @@ def write(path, records):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "radmatch.cli", "compare", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "compare", *map(str, args)],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -169,7 +169,7 @@ def test_compare_command_refuses_what_it_cannot_compare(tmp_path):
     a = write(tmp_path / "a.jsonl", [scored("p1", "s1", {})])
     proc = run_cli(a, tmp_path / "missing.jsonl")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().startswith("radmatch: error: cannot read") and "missing.jsonl" in proc.stderr
+    assert proc.stderr.strip().startswith("radmatch-audit: error: cannot read") and "missing.jsonl" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
     pairs = tmp_path / "pairs.jsonl"
@@ -200,6 +200,6 @@ def test_compare_command_refuses_what_it_cannot_compare(tmp_path):
 
 
 def test_compare_is_registered_with_help():
-    proc = subprocess.run([sys.executable, "-m", "radmatch.cli", "compare", "--help"],
+    proc = subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "compare", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "95% paired bootstrap" in " ".join(proc.stdout.split())

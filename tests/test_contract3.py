@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 
 from builders import f, m, matching, record, row
-from radmatch.recompute import score_record
-from radmatch.schemas import (
+from radmatch_audit.recompute import score_record
+from radmatch_audit.schemas import (
     CANONICAL_LIMITS,
     SERVER_LIMITS,
     SMALL_MODEL_LIMITS,
     Measurement,
     answer_models,
 )
-from radmatch.scoring.comparators import measurement_errors, normalise
-from radmatch.thresholds import parse_table
+from radmatch_audit.scoring.comparators import measurement_errors, normalise
+from radmatch_audit.thresholds import parse_table
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_RECORDS = REPO / "tests" / "data" / "records_bdb6a1e.jsonl.gz"
@@ -180,7 +180,7 @@ def test_every_answer_profile_admits_position(limits):
 def test_records_store_and_read_position_values():
     rec = score_record(record("p", [f("gt_1", measurements=[pos(5, "cm")])],
                               [f("p_1", measurements=[pos(3, "cm")])], matching([row("p_1", "gt_1")])))
-    from radmatch.record_io import parse_record
+    from radmatch_audit.record_io import parse_record
 
     again = parse_record(rec.to_json())
     assert again.stages.candidate_findings[0].measurements[0].category == "position"
@@ -289,9 +289,9 @@ def test_the_table_needs_one_known_side_per_threshold():
 
 @pytest.fixture(scope="module")
 def recomputed(tmp_path_factory):
-    """The records written at bdb6a1e, and the same after `radmatch recompute` (the CLI)."""
-    from radmatch.cli import main
-    from radmatch.record_io import parse_record
+    """The records written at bdb6a1e, and the same after `radmatch-audit recompute` (the CLI)."""
+    from radmatch_audit.cli import main
+    from radmatch_audit.record_io import parse_record
 
     script = load_script()
     folder = tmp_path_factory.mktemp("old")
@@ -356,7 +356,7 @@ def test_boundary_probes_move_as_each_rule_says(recomputed):
 
 def test_the_dashboard_names_an_unaddressed_negative_and_a_threshold_side(tmp_path):
     import dashboard_fixtures as fx
-    from radmatch.dashboard import build_dashboard
+    from radmatch_audit.dashboard import build_dashboard
 
     negative = score_record(spu_record(("normal", "urgent"), ("abnormal", "urgent")))
     gt = [f("gt_1", sig="notable", measurements=[mq(6, "mm", "solid_nodule_diameter")])]
@@ -389,7 +389,7 @@ def test_docs_log_the_contract_changes():
 
 
 def test_the_records_shown_in_the_docs_recompute_with_every_change_explained():
-    from radmatch.record_io import parse_record
+    from radmatch_audit.record_io import parse_record
 
     script = load_script()
     shown = 0
@@ -404,7 +404,7 @@ def test_the_records_shown_in_the_docs_recompute_with_every_change_explained():
 
 
 def test_compare_counts_an_unaddressed_negative_in_no_actionable_tier():
-    from radmatch.compare import TOTAL, tier_errors
+    from radmatch_audit.compare import TOTAL, tier_errors
 
     counts = tier_errors(score_record(spu_record(("normal", "urgent"), ("abnormal", "notable"),
                                                  ("normal", "routine"))))

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from radmatch.corpus import summarize
-from radmatch.dashboard import add_dashboard_parser, build_dashboard, embed_json, locate_evidence
-from radmatch.dashboard.build import SUBSET_BITS, _asset, _sha256, render_page
-from radmatch.scoring.results import vocabularies
+from radmatch_audit.corpus import summarize
+from radmatch_audit.dashboard import add_dashboard_parser, build_dashboard, embed_json, locate_evidence
+from radmatch_audit.dashboard.build import SUBSET_BITS, _asset, _sha256, render_page
+from radmatch_audit.scoring.results import vocabularies
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dashboard_fixtures as fx
@@ -154,7 +154,7 @@ def test_compare_gives_per_pair_differences(tmp_path):
 
 
 def test_cli_hook(tmp_path, demo):
-    parser = argparse.ArgumentParser(prog="radmatch")
+    parser = argparse.ArgumentParser(prog="radmatch-audit")
     add_dashboard_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["dashboard", str(demo["src"]), "-o", str(tmp_path / "r.html")])
     assert args.func(args) == 0 and (tmp_path / "r.html").exists()
@@ -312,7 +312,7 @@ def screenshot(driver, name: str) -> Path:
 
 def radmatch_summary_json(path: Path) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "radmatch.cli", "summary", str(path), "--json"],
+        [sys.executable, "-m", "radmatch_audit.cli", "summary", str(path), "--json"],
         capture_output=True,
         text=True,
         check=True,
@@ -642,7 +642,7 @@ def test_page_data_names_judges_failures_and_unquoted_sentences(issue14):
 
 
 def test_compare_block_holds_radmatch_compares_numbers(issue14):
-    from radmatch.compare import compare_records
+    from radmatch_audit.compare import compare_records
 
     data = _data(issue14["cmp"].read_text("utf-8"))
     assert data["compare"]["stats"] == json.loads(json.dumps(compare_records(issue14["a"], issue14["b"])))
@@ -734,7 +734,7 @@ def test_error_reasoning_names_the_clinical_threshold(browser, issue14):
 @pytest.mark.browser
 @needs_browser
 def test_compare_mode_shows_the_paired_difference_interval_and_p(browser, issue14):
-    from radmatch.compare import compare_records
+    from radmatch_audit.compare import compare_records
 
     expected = compare_records(issue14["a"], issue14["b"])
     open_page(browser, issue14["cmp"])
@@ -760,7 +760,7 @@ def test_compare_mode_shows_the_paired_difference_interval_and_p(browser, issue1
 def test_an_unaddressed_negative_is_shown_as_such_not_as_an_error(browser, tmp_path):
     # scoring contract 3: an SPU of normal findings is not an actionable error
     from builders import f, matching, record
-    from radmatch.recompute import score_record
+    from radmatch_audit.recompute import score_record
 
     pred = [f("p_1", "normal", "urgent", evidence=["No pneumothorax"]),
             f("p_2", "abnormal", "urgent", evidence=["Right effusion"])]

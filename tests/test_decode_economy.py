@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from radmatch.prompting import compact_answer, drop_defaults, finding_view, static_prefix
-from radmatch.prompts import MODALITIES, load_exemplars
-from radmatch.schemas import ANSWER_MODELS, Finding, own_quote
+from radmatch_audit.prompting import compact_answer, drop_defaults, finding_view, static_prefix
+from radmatch_audit.prompts import MODALITIES, load_exemplars
+from radmatch_audit.schemas import ANSWER_MODELS, Finding, own_quote
 
 CELLS = [(m, s) for m in MODALITIES for s in ("extract", "match", "grade")]
 

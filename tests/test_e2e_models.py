@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from radmatch import Evaluator, PairInput, read_records
-from radmatch.config import SMALL_MODEL_MAX_TOKENS
-from radmatch.schemas import SMALL_MODEL_LIMITS, answer_models
-from radmatch.judges.openai_compat import OpenAICompatibleJudge
-from radmatch.prompting import build_messages
+from radmatch_audit import Evaluator, PairInput, read_records
+from radmatch_audit.config import SMALL_MODEL_MAX_TOKENS
+from radmatch_audit.schemas import SMALL_MODEL_LIMITS, answer_models
+from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
+from radmatch_audit.prompting import build_messages
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def run_cli(*args, env_extra=None, timeout=1800):
 
     env = {**os.environ, **(env_extra or {})}
     env.pop("RADMATCH_BASE_URL", None)
-    return subprocess.run([sys.executable, "-m", "radmatch.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "radmatch_audit.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
 

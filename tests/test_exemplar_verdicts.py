@@ -2,7 +2,7 @@
 the scoring code makes of its answer ("expected") is what the code makes of it.
 
 The answers are played back the way a judge's answer travels: validated on arrival for
-the rows sent (keyed grading), stored in a record, scored by `radmatch.recompute`:
+the rows sent (keyed grading), stored in a record, scored by `radmatch_audit.recompute`:
 - grade: every pair as its own 1:1 direct unit, with the exemplar's grading entry ->
   the unit's outcome (COR, PAR or INC);
 - match: the matching as given, repaired, no grading -> the numbers of MIS, SPU and
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from radmatch.prompts import fewshot_dir, load_exemplars
-from radmatch.recompute import score_record
-from radmatch.records import Record, Stages
-from radmatch.schemas import (
+from radmatch_audit.prompts import fewshot_dir, load_exemplars
+from radmatch_audit.recompute import score_record
+from radmatch_audit.records import Record, Stages
+from radmatch_audit.schemas import (
     SERVER_LIMITS,
     SMALL_MODEL_LIMITS,
     Finding,
@@ -31,8 +31,8 @@ from radmatch.schemas import (
     answer_models,
     validation_models,
 )
-from radmatch.stages import rows_to_grade
-from radmatch.vocabulary import MODALITIES
+from radmatch_audit.stages import rows_to_grade
+from radmatch_audit.vocabulary import MODALITIES
 
 OUTCOMES = {"COR", "PAR", "INC"}
 MATCH_KEYS = ("mis", "spu", "generic", "actionable_unmatched")
@@ -127,7 +127,7 @@ def test_the_judge_never_sees_expected():
 
 
 def test_a_grade_exemplar_whose_ids_do_not_name_its_pairs_is_refused(tmp_path, monkeypatch):
-    from radmatch.prompts import FewshotError
+    from radmatch_audit.prompts import FewshotError
 
     for modality in MODALITIES:
         for stage in ("extract", "match", "grade"):

@@ -1,4 +1,4 @@
-"""The fake judge server (radmatch.testing.fake_server) over the stdlib HTTP client only,
+"""The fake judge server (radmatch_audit.testing.fake_server) over the stdlib HTTP client only,
 and the ideal-makespan scheduler the pipeline benchmark divides by."""
 
 import http.client
@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from radmatch.testing.fake_server import StubServer, messages_digest
-from radmatch.testing.makespan import ideal_makespan
+from radmatch_audit.testing.fake_server import StubServer, messages_digest
+from radmatch_audit.testing.makespan import ideal_makespan
 
 SCHEMA = {"title": "ExtractionAnswer", "type": "object", "additionalProperties": False,
           "properties": {"findings": {"type": "array", "maxItems": 8, "items": {"type": "object"}}},

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from radmatch import prompts as P
-from radmatch.prompting import build_messages
-from radmatch.schemas import ANSWER_MODELS, SMALL_MODEL_LIMITS, answer_models
+from radmatch_audit import prompts as P
+from radmatch_audit.prompting import build_messages
+from radmatch_audit.schemas import ANSWER_MODELS, SMALL_MODEL_LIMITS, answer_models
 
 ExtractionAnswer = ANSWER_MODELS["extract"]
 MatchingAnswer = ANSWER_MODELS["match"]
@@ -312,12 +312,12 @@ def test_installed_wheel_ships_prompts_and_exemplars(tmp_path):
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
         check=True,
     )
-    (wheel,) = wheels.glob("radmatch-*.whl")
+    (wheel,) = wheels.glob("radmatch_audit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for stage in P.STAGES:
-        assert f"radmatch/prompts/{stage}.md" in names
+        assert f"radmatch_audit/prompts/{stage}.md" in names
         for modality in P.MODALITIES:
-            assert f"radmatch/fewshots/{modality}/{stage}.json" in names
+            assert f"radmatch_audit/fewshots/{modality}/{stage}.json" in names
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -327,9 +327,9 @@ def test_installed_wheel_ships_prompts_and_exemplars(tmp_path):
 
     script = textwrap.dedent(
         """
-        import json, radmatch, radmatch.prompts as P
+        import json, radmatch_audit, radmatch_audit.prompts as P
         from pathlib import Path
-        pkg = Path(radmatch.__file__).resolve().parent
+        pkg = Path(radmatch_audit.__file__).resolve().parent
         d = P.fewshot_dir().resolve()
         assert d == pkg / "fewshots", (d, pkg)
         n = sum(len(P.load_exemplars(m, s)) for m in P.MODALITIES for s in P.STAGES)
@@ -736,7 +736,7 @@ def test_an_addendum_supersedes_what_it_corrects():
 
 
 def _smollm_tokenizer():
-    from radmatch import smollm
+    from radmatch_audit import smollm
 
     folder = smollm._model_dir() / "hf-fp32"
     if not (folder / "tokenizer.json").is_file():
@@ -765,8 +765,8 @@ def _typical_input(stage: str, modality: str) -> dict:
 def test_small_judge_keeps_at_least_one_exemplar():
     """Rule 7: with a typical pair, every modality's extract/match/grade prompt fits SmolLM2's
     8k window with its answer budget and at least one exemplar, the most valuable first."""
-    from radmatch.config import SMALL_MODEL_MAX_TOKENS
-    from radmatch.smollm import CONTEXT_WINDOW
+    from radmatch_audit.config import SMALL_MODEL_MAX_TOKENS
+    from radmatch_audit.smollm import CONTEXT_WINDOW
 
     tokenizer = _smollm_tokenizer()
 

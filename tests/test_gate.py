@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from radmatch.calls import CHAIN
-from radmatch.gate import CallGate
-from radmatch.pipeline import stream
+from radmatch_audit.calls import CHAIN
+from radmatch_audit.gate import CallGate
+from radmatch_audit.pipeline import stream
 
 
 async def _served_order(gate: CallGate, waiters: list[tuple[float, int]], switch: bool = False) -> list:

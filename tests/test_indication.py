@@ -1,14 +1,14 @@
-"""The indication read by code from the reference (radmatch.indication, docs/judge.md rule 14)."""
+"""The indication read by code from the reference (radmatch_audit.indication, docs/judge.md rule 14)."""
 
 from __future__ import annotations
 
 import pytest
 
-from radmatch import Evaluator, PairInput
-from radmatch.indication import cap_indication, read_indication
-from radmatch.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS
-from radmatch.stages import find_indication
-from radmatch.testing.scripted import ScriptedJudge
+from radmatch_audit import Evaluator, PairInput
+from radmatch_audit.indication import cap_indication, read_indication
+from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS
+from radmatch_audit.stages import find_indication
+from radmatch_audit.testing.scripted import ScriptedJudge
 
 # Authored reports (not clinically reviewed), one per header and layout the reader must know.
 READS = [

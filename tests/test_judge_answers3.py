@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from radmatch import Evaluator, PairInput
-from radmatch.record_io import parse_record
-from radmatch.records import SCHEMA_VERSION, migrate
-from radmatch.recompute import score_record
-from radmatch.schemas import GradingStage
-from radmatch.testing.scripted import ScriptedJudge
+from radmatch_audit import Evaluator, PairInput
+from radmatch_audit.record_io import parse_record
+from radmatch_audit.records import SCHEMA_VERSION, migrate
+from radmatch_audit.recompute import score_record
+from radmatch_audit.schemas import GradingStage
+from radmatch_audit.testing.scripted import ScriptedJudge
 
 OLD_RECORDS = Path(__file__).parent / "data" / "records_bdb6a1e.jsonl.gz"  # written at bdb6a1e (v2)
 TWO_ROWS = "Small left pleural effusion. Mild cardiomegaly."
@@ -202,7 +202,7 @@ def test_control_markers_reach_the_judge_as_plain_text_and_the_record_keeps_the_
 
 
 def test_neutralising_keeps_ordinary_angle_brackets_and_round_trips():
-    from radmatch.control_strings import neutralise_markers, restore_markers
+    from radmatch_audit.control_strings import neutralise_markers, restore_markers
 
     plain = "Node <10 mm> short axis; a<b, c>d; <b>bold</b>; x <- y"
     assert neutralise_markers(plain) == (plain, 0)

@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from radmatch import Evaluator, PairInput
-from radmatch.cache import AnswerCache, cache_key
-from radmatch.inputs import InputError, RowProblem, read_pairs
-from radmatch.judges.endpoints import check_url, is_local_endpoint
-from radmatch.loop import LoopThread
-from radmatch.testing.scripted import ScriptedJudge
+from radmatch_audit import Evaluator, PairInput
+from radmatch_audit.cache import AnswerCache, cache_key
+from radmatch_audit.inputs import InputError, RowProblem, read_pairs
+from radmatch_audit.judges.endpoints import check_url, is_local_endpoint
+from radmatch_audit.loop import LoopThread
+from radmatch_audit.testing.scripted import ScriptedJudge
 
 # ---------------------------------------------------------------------- endpoints
 
@@ -211,8 +211,8 @@ def test_context_budget_failure_names_its_stage_once():
 
 
 def test_records_file_is_owner_only(tmp_path):
-    from radmatch.record_io import RecordWriter
-    from radmatch.records import failed_input
+    from radmatch_audit.record_io import RecordWriter
+    from radmatch_audit.records import failed_input
 
     path = tmp_path / "records.jsonl"
     path.write_text("old\n")
@@ -224,7 +224,7 @@ def test_records_file_is_owner_only(tmp_path):
 
 
 def test_a_judge_passed_in_stays_open_for_its_owner():
-    from radmatch import JudgeConfig
+    from radmatch_audit import JudgeConfig
 
     shared = ScriptedJudge()
     pair = PairInput(reference="No pneumothorax.", candidate="No pneumothorax.")

@@ -20,8 +20,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("outlines")
 
-from radmatch.judges import local
-from radmatch.judges.local import (
+from radmatch_audit.judges import local
+from radmatch_audit.judges.local import (
     LocalTransformersJudge,
     bf16_weight_bytes,
     check_transformers,

@@ -1,4 +1,4 @@
-"""The evaluate metric (radmatch_metric.py -> radmatch.metric) and `radmatch install-metric`.
+"""The evaluate metric (radmatch_metric.py -> radmatch_audit.metric) and `radmatch-audit install-metric`.
 
 Fast tests drive the metric with a scripted judge (orchestration only) or with a judge
 endpoint that refuses connections (every pair fails: a real failure path). Loading is
@@ -23,11 +23,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
 
-from radmatch import Evaluator, JudgeConfig, PairInput
-from radmatch.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
-from radmatch.metric_install import add_install_metric_parser, install_metric, script_path
-from radmatch.record_io import read_records
-from radmatch.testing.scripted import RecordingJudge, ScriptedJudge
+from radmatch_audit import Evaluator, JudgeConfig, PairInput
+from radmatch_audit.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
+from radmatch_audit.metric_install import add_install_metric_parser, install_metric, script_path
+from radmatch_audit.record_io import read_records
+from radmatch_audit.testing.scripted import RecordingJudge, ScriptedJudge
 
 REPO = Path(__file__).resolve().parents[1]
 SHIM = REPO / "radmatch_metric.py"
@@ -86,9 +86,9 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def install_via_cli(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`radmatch install-metric`, as a user types it."""
+    """`radmatch-audit install-metric`, as a user types it."""
     proc = subprocess.run(
-        [sys.executable, "-m", "radmatch.cli", "install-metric"],
+        [sys.executable, "-m", "radmatch_audit.cli", "install-metric"],
         check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -148,13 +148,13 @@ def test_load_from_checkout_file_offline(tmp_path):
 
 
 def test_load_from_installed_package_one_liner(tmp_path):
-    """The documented one-liner: evaluate.load(radmatch.metric.script_path())."""
+    """The documented one-liner: evaluate.load(radmatch_audit.metric.script_path())."""
     proc = run_python(
         f"""
         import json
         import evaluate
-        import radmatch.metric
-        metric = evaluate.load(radmatch.metric.script_path(), base_url={CLOSED_URL!r}, retries=1, cache=False)
+        import radmatch_audit.metric
+        metric = evaluate.load(radmatch_audit.metric.script_path(), base_url={CLOSED_URL!r}, retries=1, cache=False)
         """,
         FAILING_COMPUTE,
         cwd=tmp_path, env=offline_env(tmp_path),
@@ -163,7 +163,7 @@ def test_load_from_installed_package_one_liner(tmp_path):
 
 
 def test_bare_name_after_install_metric(tmp_path):
-    """`radmatch install-metric`, then evaluate.load("radmatch") from another directory."""
+    """`radmatch-audit install-metric`, then evaluate.load("radmatch") from another directory."""
     env = offline_env(tmp_path)
     proc = install_via_cli(tmp_path, env)
     installed = Path(proc.stdout.split(" at ", 1)[1].splitlines()[0])
@@ -202,7 +202,7 @@ def test_install_metric_replaces_an_earlier_install(tmp_path):
 def test_install_metric_parser_help():
     import argparse
 
-    parser = argparse.ArgumentParser(prog="radmatch")
+    parser = argparse.ArgumentParser(prog="radmatch-audit")
     add_install_metric_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["install-metric", "--modules-cache", "/x"])
     assert args.modules_cache == "/x" and callable(args.func)
@@ -346,7 +346,7 @@ def test_compute_shows_the_clis_progress_bar_unless_turned_off(capsys, monkeypat
     capsys.readouterr()
     metric.compute(predictions=[C1, C2, C3], references=[REF, REF, REF])
     err = capsys.readouterr().err
-    assert "3/3" in err and "pair" in err and "pairs_per_s" in err  # tqdm, as `radmatch evaluate`
+    assert "3/3" in err and "pair" in err and "pairs_per_s" in err  # tqdm, as `radmatch-audit evaluate`
     metric.compute(predictions=[C1], references=[REF], progress=False)
     assert capsys.readouterr().err == ""
     quiet = load_metric(judge=ScriptedJudge(), cache=False, progress=False)
@@ -358,7 +358,7 @@ def test_compute_shows_the_clis_progress_bar_unless_turned_off(capsys, monkeypat
 
 
 def test_mean_actionable_errors_has_a_seeded_interval_over_studies():
-    from radmatch.resampling import mean_interval
+    from radmatch_audit.resampling import mean_interval
 
     metric = load_metric(judge=ScriptedJudge(), cache=False, progress=False)
     kwargs = dict(
@@ -457,14 +457,14 @@ def test_bare_name_over_a_dataset_with_the_real_model_equals_the_pipeline(
     assert [r.scores.outcomes for r in records] == out["outcomes"]
     assert evaluator.stats.judge_calls == 0  # same inputs, same cache keys: no new call
 
-    # ... and equal `radmatch evaluate`'s on the same pairs (records come in finishing order)
+    # ... and equal `radmatch-audit evaluate`'s on the same pairs (records come in finishing order)
     pairs_file = tmp_path / "pairs.jsonl"
     pairs_file.write_text("".join(
         json.dumps({"pair_id": f"rm-{i}", "reference": REF, "candidate": c}) + "\n"
         for i, c in enumerate((C1, C2), 1)
     ))
     cli = subprocess.run(
-        [sys.executable, "-m", "radmatch.cli", "evaluate", str(pairs_file), "-o",
+        [sys.executable, "-m", "radmatch_audit.cli", "evaluate", str(pairs_file), "-o",
          str(tmp_path / "records.jsonl"), "--cache-dir", str(shared_answer_cache), "-q"],
         check=False, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=1800,
     )
@@ -500,7 +500,7 @@ def docs_python_blocks() -> list[str]:
 
 
 def run_docs(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`radmatch install-metric`, then every python block of docs/metric.md in one
+    """`radmatch-audit install-metric`, then every python block of docs/metric.md in one
     session, from a directory outside the checkout."""
     install_via_cli(tmp_path, env)
     elsewhere = tmp_path / "elsewhere"

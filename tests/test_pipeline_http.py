@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from radmatch import Evaluator, JudgeConfig, PairInput
-from radmatch.judges.base import EndpointRefusedError
-from radmatch.judges.openai_compat import OpenAICompatibleJudge
-from radmatch.schemas import SERVER_LIMITS
-from radmatch.testing.fake_server import StubServer
+from radmatch_audit import Evaluator, JudgeConfig, PairInput
+from radmatch_audit.judges.base import EndpointRefusedError
+from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
+from radmatch_audit.schemas import SERVER_LIMITS
+from radmatch_audit.testing.fake_server import StubServer
 
 REFERENCE = (
     "INDICATION: Shortness of breath.\nFINDINGS: Small left pleural effusion. No pneumothorax. "
@@ -251,7 +251,7 @@ def test_request_bodies_are_what_outlines_and_the_openai_sdk_send(tmp_path):
     import outlines
     from outlines.inputs import Chat
 
-    from radmatch.schemas import answer_models
+    from radmatch_audit.schemas import answer_models
 
     schema = answer_models(SERVER_LIMITS).extract
     messages = [{"role": "system", "content": "Extract."}, {"role": "user", "content": '{"report": "x"}'}]
@@ -278,8 +278,8 @@ def test_the_encoded_body_is_json_dumps_of_the_request_byte_for_byte():
     """Encoding the static prefix once per stage must not change one byte of any request."""
     import json
 
-    from radmatch.prompting import build_messages
-    from radmatch.schemas import answer_models
+    from radmatch_audit.prompting import build_messages
+    from radmatch_audit.schemas import answer_models
 
     models = answer_models(SERVER_LIMITS)
     judge = OpenAICompatibleJudge(base_url="http://127.0.0.1:9/v1", model="m", thinking=True)
@@ -352,7 +352,7 @@ def test_proxy_variables_never_see_report_text(tmp_path, monkeypatch):
 
 
 def test_preflight_names_the_fix(tmp_path):
-    from radmatch.judges.base import JudgeUnavailable
+    from radmatch_audit.judges.base import JudgeUnavailable
 
     with StubServer() as server:
         judge = OpenAICompatibleJudge(base_url=server.base_url, model="other-model")
@@ -367,7 +367,7 @@ def test_preflight_names_the_fix(tmp_path):
 
 
 def test_streaming_bounds_the_calls_at_the_judge_and_the_pairs_held(tmp_path):
-    from radmatch.pipeline import PAIRS_PER_SLOT, READ_AHEAD_PER_SLOT
+    from radmatch_audit.pipeline import PAIRS_PER_SLOT, READ_AHEAD_PER_SLOT
 
     n = 40
     with StubServer(latency_s=0.02) as server, \
@@ -406,9 +406,9 @@ def test_calls_spread_over_two_servers_and_survive_losing_one_midway(tmp_path):
     import subprocess
     import sys
 
-    from radmatch.judges.pool import JudgePool
+    from radmatch_audit.judges.pool import JudgePool
 
-    killed = subprocess.Popen([sys.executable, "-m", "radmatch.testing.fake_server", "--port", "0",
+    killed = subprocess.Popen([sys.executable, "-m", "radmatch_audit.testing.fake_server", "--port", "0",
                                "--latency", "0.05"], stdout=subprocess.PIPE, text=True)
     try:
         first_url = killed.stdout.readline().strip()
@@ -438,7 +438,7 @@ def test_calls_spread_over_two_servers_and_survive_losing_one_midway(tmp_path):
 
 
 def test_a_pool_whose_servers_are_all_down_stops_at_the_preflight():
-    from radmatch.judges.base import JudgeUnavailable
+    from radmatch_audit.judges.base import JudgeUnavailable
 
     config = JudgeConfig.from_env({}, base_url="http://127.0.0.1:9/v1, http://127.0.0.1:7/v1")
     with Evaluator.from_config(config) as evaluator, pytest.raises(JudgeUnavailable, match="no judge server answers"):

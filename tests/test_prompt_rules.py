@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from radmatch import baselines
-from radmatch import prompts as P
+from radmatch_audit import baselines
+from radmatch_audit import prompts as P
 
 
 def _flat(stage: str) -> str:

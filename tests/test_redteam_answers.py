@@ -31,10 +31,10 @@ from typing import Any, Optional
 
 import pytest
 
-from radmatch import Evaluator, PairInput
-from radmatch.judges.base import JudgeResult, Usage, estimate_tokens
-from radmatch.redteam import check_record, load_pairs
-from radmatch.testing.scripted import stage_of
+from radmatch_audit import Evaluator, PairInput
+from radmatch_audit.judges.base import JudgeResult, Usage, estimate_tokens
+from radmatch_audit.redteam import check_record, load_pairs
+from radmatch_audit.testing.scripted import stage_of
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "redteam" / "pairs.jsonl"

@@ -1,7 +1,7 @@
 """Issue 12, "Nothing lost, nothing leaked, nothing hung", against the loopback fake server.
 
-Every test runs `radmatch evaluate` (a subprocess) or the Python API against the real
-fake OpenAI-compatible server of radmatch.testing.fake_server on 127.0.0.1:
+Every test runs `radmatch-audit evaluate` (a subprocess) or the Python API against the real
+fake OpenAI-compatible server of radmatch_audit.testing.fake_server on 127.0.0.1:
 
 * a fault soak: 1,000 pairs through every injected fault kind; one record per pair,
   failures that say what happened, and no scored pair resting on a call that never
@@ -29,14 +29,14 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from radmatch import Evaluator, JudgeConfig, PairInput, read_records
-from radmatch.prompting import finding_view
-from radmatch.records import Record
-from radmatch.scoring.results import as_dict
-from radmatch.stages import rows_to_grade
-from radmatch.testing.fake_server import StubServer, messages_digest
-from radmatch.testing.reports import INDICATIONS, SENTENCES
-from radmatch.vocabulary import STAGES
+from radmatch_audit import Evaluator, JudgeConfig, PairInput, read_records
+from radmatch_audit.prompting import finding_view
+from radmatch_audit.records import Record
+from radmatch_audit.scoring.results import as_dict
+from radmatch_audit.stages import rows_to_grade
+from radmatch_audit.testing.fake_server import StubServer, messages_digest
+from radmatch_audit.testing.reports import INDICATIONS, SENTENCES
+from radmatch_audit.vocabulary import STAGES
 
 # ---------------------------------------------------------------------- shared helpers
 
@@ -86,7 +86,7 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> Path:
 
 
 def cli_command(src: Path, out: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "radmatch.cli", "evaluate", str(src), "-o", str(out), "-q", "--json",
+    return [sys.executable, "-m", "radmatch_audit.cli", "evaluate", str(src), "-o", str(out), "-q", "--json",
             *args]
 
 
@@ -97,7 +97,7 @@ def cli_env(base_url: str, **extra: str) -> dict[str, str]:
 
 def run_cli(base_url: str, src: Path, out: Path, *args: str, timeout: float = 120,
             env: Optional[dict[str, str]] = None) -> tuple[subprocess.CompletedProcess, float]:
-    """Run `radmatch evaluate`; the finished process and its wall time in seconds."""
+    """Run `radmatch-audit evaluate`; the finished process and its wall time in seconds."""
     started = time.perf_counter()
     proc = subprocess.run(cli_command(src, out, *args), check=False, capture_output=True,
                           text=True, timeout=timeout, env=env or cli_env(base_url))
@@ -211,7 +211,7 @@ def needed_calls(record: Record) -> list[tuple[str, str]]:
 
 
 def test_fault_soak_loses_nothing_and_scores_nothing_unanswered(tmp_path):
-    """1,000 pairs (250 references x 4 candidates) through `radmatch evaluate`, 32 in
+    """1,000 pairs (250 references x 4 candidates) through `radmatch-audit evaluate`, 32 in
     flight, 2 s timeout, 3 attempts, against a server that faults 10 % of attempts with
     every kind it has (500, 503, 429 with Retry-After 0.2, reset, truncated body, cut
     JSON, schema-invalid answer, garbage, a hang of 2.5 s) and fails 1 % of request

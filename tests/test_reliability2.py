@@ -1,6 +1,6 @@
 """Issue 27, "Reliability and security, round 2", and the pre-flight's context (issue 26, 5c).
 
-Judge-side items run against the real loopback fake server (radmatch.testing.fake_server);
+Judge-side items run against the real loopback fake server (radmatch_audit.testing.fake_server);
 file items use real files, hard links, a FIFO and devices (/dev/null, /dev/full); the
 dashboard item is checked in headless Chromium. Each test names the issue item it covers.
 """
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from radmatch import Evaluator, PairInput
-from radmatch.cli import main
-from radmatch.judges.base import JudgeUnavailable
-from radmatch.judges.openai_compat import OpenAICompatibleJudge
-from radmatch.record_io import BadLine, iter_lines, read_records
-from radmatch.records import Record
-from radmatch.schemas import SERVER_LIMITS
-from radmatch.testing.fake_server import StubServer
+from radmatch_audit import Evaluator, PairInput
+from radmatch_audit.cli import main
+from radmatch_audit.judges.base import JudgeUnavailable
+from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
+from radmatch_audit.record_io import BadLine, iter_lines, read_records
+from radmatch_audit.records import Record
+from radmatch_audit.schemas import SERVER_LIMITS
+from radmatch_audit.testing.fake_server import StubServer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reliability import synthetic_pairs, write_jsonl  # noqa: E402
@@ -129,7 +129,7 @@ def test_a_hard_link_is_the_same_file_for_every_command_that_writes(tmp_path, sc
                  "--base-url", "http://127.0.0.1:9/v1"]) == 2
     assert main(["agreement", "--annotations", str(radpref), "--emit-pairs", str(links["ann"])]) == 2
     err = capsys.readouterr().err
-    assert err.count("radmatch: error:") == 5 and "Traceback" not in err
+    assert err.count("radmatch-audit: error:") == 5 and "Traceback" not in err
     assert {p: p.read_bytes() for p in before} == before
 
 
@@ -207,8 +207,8 @@ def test_a_small_served_context_fails_with_its_reason_never_a_server_4xx(tmp_pat
 def test_exemplars_are_dropped_to_fit_the_served_context(tmp_path):
     """Issue 26 5c: a context that holds the instructions but not every exemplar: the
     record says how many were sent; the server never answers 400."""
-    from radmatch.judges.base import estimate_tokens
-    from radmatch.prompting import build_messages, static_prefix
+    from radmatch_audit.judges.base import estimate_tokens
+    from radmatch_audit.prompting import build_messages, static_prefix
 
     user = {"report": "FINDINGS: " + "Small left pleural effusion. " * 20, "indication": None}
     bare_messages = build_messages("extract", "chest_xray", user, 0)
@@ -261,7 +261,7 @@ def test_readers_name_a_line_with_nan_and_skip_it(tmp_path, scored, capsys):
 
 
 def test_agreement_counts_a_nan_baseline_count_as_failed(tmp_path):
-    from radmatch.agreement.methods import read_method
+    from radmatch_audit.agreement.methods import read_method
 
     lines = [{"record_type": "baseline", "method": "count", "pair_id": "a", "errors": 2},
              {"record_type": "baseline", "method": "count", "pair_id": "b", "errors": float("nan")},
@@ -327,7 +327,7 @@ def test_a_deeply_nested_line_is_skipped_with_a_message_everywhere(tmp_path, sco
 
 
 def test_a_long_csv_field_is_read_and_a_too_long_one_names_its_row(tmp_path, monkeypatch):
-    from radmatch import inputs
+    from radmatch_audit import inputs
 
     long_report = "FINDINGS: " + "Stable appearance of the chest. " * 8000  # 256,000 characters
     path = tmp_path / "pairs.csv"
@@ -366,7 +366,7 @@ def test_a_fifo_or_device_output_is_written_but_never_chmodded(tmp_path):
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG])
 def test_a_failed_records_write_says_what_failed_and_that_resume_continues(tmp_path, monkeypatch, capsys, code):
-    from radmatch import record_io
+    from radmatch_audit import record_io
 
     class Full(io.StringIO):
         def write(self, text: str) -> int:
@@ -438,7 +438,7 @@ def bidi_page(tmp_path, scored) -> Path:
 
 
 def test_bidi_controls_flag_the_pair(tmp_path, scored):
-    from radmatch.dashboard.build import BIDI_FLAG
+    from radmatch_audit.dashboard.build import BIDI_FLAG
 
     html = bidi_page(tmp_path, scored).read_text(encoding="utf-8")
     assert BIDI_FLAG in html
@@ -478,7 +478,7 @@ def test_bidi_controls_are_shown_as_marks_in_chromium(tmp_path, scored):
 
 
 def test_radevalexpert_studies_are_image_sets(tmp_path):
-    from radmatch.agreement.radevalexpert import COLUMNS, load_radevalexpert
+    from radmatch_audit.agreement.radevalexpert import COLUMNS, load_radevalexpert
 
     cell = json.dumps({"significant": {"1": 1}, "insignificant": {}})
     path = tmp_path / "radevalexpert.csv"

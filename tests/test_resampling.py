@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from radmatch.resampling import (
+from radmatch_audit.resampling import (
     group_by_study, mean_interval, resample_studies, study_bootstrap, wilson_interval,
 )
 

@@ -2,12 +2,12 @@
 
 import json
 
-from radmatch.corpus import CorpusSummary
-from radmatch.pipeline import Evaluator
-from radmatch.record_io import parse_record
-from radmatch.recompute import score_record
-from radmatch.records import PairInput
-from radmatch.testing.scripted import ScriptedJudge
+from radmatch_audit.corpus import CorpusSummary
+from radmatch_audit.pipeline import Evaluator
+from radmatch_audit.record_io import parse_record
+from radmatch_audit.recompute import score_record
+from radmatch_audit.records import PairInput
+from radmatch_audit.testing.scripted import ScriptedJudge
 
 REFERENCE = "Small right pleural effusion. No pneumothorax. Heart size is normal."
 CANDIDATE = "Small right pleural effusion. Heart size is normal."
@@ -28,7 +28,7 @@ class WaveringJudge(ScriptedJudge):
         if self.calls[-1][0] == "extract" and user["report"] == CANDIDATE:
             self.candidate_extractions += 1
             if self.candidate_extractions == self.fail_at:
-                from radmatch.judges.base import JudgeError
+                from radmatch_audit.judges.base import JudgeError
 
                 raise JudgeError("scripted failure")
             if self.candidate_extractions % 2 == 0:

@@ -6,7 +6,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from radmatch.schemas import (
+from radmatch_audit.schemas import (
     ANSWER_MODELS,
     CANONICAL_LIMITS,
     SERVER_LIMITS,

@@ -3,10 +3,10 @@
 import pytest
 
 from builders import f, fig3_record, grading, m, matching, row
-from radmatch.recompute import score_record
-from radmatch.schemas import GradingStage
-from radmatch.scoring import score_pair
-from radmatch.scoring.repair import repair_matching
+from radmatch_audit.recompute import score_record
+from radmatch_audit.schemas import GradingStage
+from radmatch_audit.scoring import score_pair
+from radmatch_audit.scoring.repair import repair_matching
 
 
 def score(gt, pred, match, grade=None, reference="", candidate=""):

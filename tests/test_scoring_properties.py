@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from builders import record
 from legacy_measurements import scored_by_legacy, without_quantities
-from radmatch.recompute import score_record
-from radmatch.record_io import parse_record
-from radmatch.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
-from radmatch.thresholds import QUANTITIES
+from radmatch_audit.recompute import score_record
+from radmatch_audit.record_io import parse_record
+from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
+from radmatch_audit.thresholds import QUANTITIES
 
 STATUS = st.sampled_from(["normal", "abnormal"])
 TIER = st.sampled_from(["critical", "urgent", "notable", "routine"])
@@ -255,8 +255,8 @@ def without_quantities_of(measurements):
     st.sampled_from(SIZE_QUANTITIES),
 )
 def test_a_threshold_decides_a_pair_only_by_crossing(a, b, unit, quantity):
-    from radmatch.scoring.comparators import measurement_errors
-    from radmatch.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.scoring.comparators import measurement_errors
+    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
 
     ref = [Measurement(value=a, unit=unit, category="size", quantity=quantity)]
     cand = [Measurement(value=b, unit=unit, category="size", quantity=quantity)]
@@ -284,8 +284,8 @@ def test_a_threshold_decides_a_pair_only_by_crossing(a, b, unit, quantity):
 @COMMON
 @given(pairs())
 def test_corpus_tally_puts_each_count_in_the_slot_its_field_names(rec):
-    from radmatch.corpus import FIELDS, tally
-    from radmatch.scoring.results import as_dict
+    from radmatch_audit.corpus import FIELDS, tally
+    from radmatch_audit.scoring.results import as_dict
 
     scored = score_record(rec)
     data = {"scored": 1, "failed": 0, **as_dict(scored.scores)}
@@ -323,7 +323,7 @@ def test_fast_pairings_are_the_general_solvers(ref, cand, family):
     import numpy as np
     from scipy.optimize import linear_sum_assignment
 
-    from radmatch.scoring.comparators import _assign, _pair_cost, _value_key
+    from radmatch_audit.scoring.comparators import _assign, _pair_cost, _value_key
 
     category, unit = family
     # pooled as the comparator pools them, sorted as it sorts them
@@ -342,7 +342,7 @@ def test_fast_pairings_are_the_general_solvers(ref, cand, family):
 @COMMON
 @given(st.lists(MEASUREMENT, max_size=5), st.randoms(use_true_random=False))
 def test_the_same_values_in_any_order_are_no_measurement_error(values, rnd: random.Random):
-    from radmatch.scoring.comparators import measurement_errors
+    from radmatch_audit.scoring.comparators import measurement_errors
 
     shuffled = list(values)
     rnd.shuffle(shuffled)  # a different order takes the general path, the same one a shortcut
@@ -356,7 +356,7 @@ TEXT = st.text(alphabet=list("abAB .,\t\n\u00a0\u00e9e\u0301\u1e9e\u00df"), max_
 @settings(max_examples=400, deadline=None)
 @given(st.lists(TEXT, min_size=1, max_size=4), st.lists(TEXT, max_size=3))
 def test_evidence_search_follows_the_normalised_rule(pieces, evidence):
-    from radmatch.scoring.score import _QuoteFinder, normalise_text
+    from radmatch_audit.scoring.score import _QuoteFinder, normalise_text
 
     report = "".join(pieces)
     evidence = evidence + pieces[:1]  # a quote cut from the report, verbatim
@@ -371,7 +371,7 @@ def test_evidence_search_follows_the_normalised_rule(pieces, evidence):
 def test_positions_map_the_normalised_text_back_to_the_report(pieces):
     import unicodedata
 
-    from radmatch.scoring.score import normalise_text, normalise_with_positions
+    from radmatch_audit.scoring.score import normalise_text, normalise_with_positions
 
     report = "".join(pieces)
     norm, index = normalise_with_positions(report)

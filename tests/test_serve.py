@@ -978,10 +978,10 @@ def recorded(path: Path) -> list[dict]:
 
 
 def test_check_compiles_the_client_schemas_and_runs_a_real_extraction(stub, tmp_path):
-    from radmatch.config import SERVER_MAX_TOKENS
-    from radmatch.judges.openai_compat import OpenAICompatibleJudge
-    from radmatch.prompts import load_instructions
-    from radmatch.schemas import SERVER_LIMITS, answer_models
+    from radmatch_audit.config import SERVER_MAX_TOKENS
+    from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
+    from radmatch_audit.prompts import load_instructions
+    from radmatch_audit.schemas import SERVER_LIMITS, answer_models
 
     record = tmp_path / "requests.jsonl"
     url = stub(STUB_RECORD=str(record))
@@ -1027,8 +1027,8 @@ def test_check_validates_the_extraction_with_radmatchs_answer_model(stub, answer
 
 
 def test_the_real_extraction_fits_the_servers_context_as_the_client_does(stub, tmp_path):
-    from radmatch.judges.base import estimate_tokens
-    from radmatch.prompting import build_messages
+    from radmatch_audit.judges.base import estimate_tokens
+    from radmatch_audit.prompting import build_messages
 
     sys.path.insert(0, str(REPO / "serve"))
     from check_judge import SAMPLE_INDICATION, SAMPLE_REPORT, AnswerKit
@@ -1290,9 +1290,9 @@ def test_client_names_the_compile_limit_when_vllm_answers_400(tmp_path):
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from threading import Thread
 
-    from radmatch.judges.base import JudgeError, TransientJudgeError
-    from radmatch.judges.openai_compat import OpenAICompatibleJudge
-    from radmatch.schemas import SERVER_LIMITS, answer_models
+    from radmatch_audit.judges.base import JudgeError, TransientJudgeError
+    from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
+    from radmatch_audit.schemas import SERVER_LIMITS, answer_models
 
     posts = []
 

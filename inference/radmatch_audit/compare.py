@@ -1,0 +1,364 @@
+"""`radmatch-audit compare A.jsonl B.jsonl`: is system B better than system A?
+
+Over the pairs both runs scored (matched by pair_id), the mean difference in
+actionable errors per pair, B minus A (negative: B makes fewer errors), per
+significance tier and in total, with
+
+- a 95 % paired bootstrap interval that resamples studies (a study's candidates
+  share one reference, so its pairs move together; a pair without a study id is its
+  own study), from `radmatch_audit.resampling`, seeded;
+- a two-sided paired permutation p-value: under "A and B are exchangeable", the
+  sign of each study's summed difference is flipped at random (every sign vector
+  when there are few studies, an exact p; else `n_permutations` seeded draws, with
+  the observed one counted, so p is never 0).
+
+Pairs that only one run holds, that failed in either run, or whose reference text
+differs between the runs are dropped and counted, each with its reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any, Hashable, Iterable, Optional, Sequence
+
+import numpy as np
+
+from radmatch_audit.records import Record
+from radmatch_audit.resampling import N_RESAMPLES, SEED, group_by_study, resample_studies
+from radmatch_audit.scoring.results import ACTIONABLE_TIERS, ERROR_OUTCOMES, SIGNIFICANCE_TIERS
+
+N_PERMUTATIONS = 10_000
+CONFIDENCE = 0.95
+TOTAL = "actionable"  # the row of all actionable errors (the headline count)
+DROP_REASONS = {
+    "only_in_a": "only in A",
+    "only_in_b": "only in B",
+    "failed_in_a": "failed in A",
+    "failed_in_b": "failed in B",
+    "failed_in_both": "failed in both",
+    "different_reference": "reference text differs",
+}
+
+
+# --------------------------------------------------------------------------- per pair
+
+
+def tier_errors(record: Record) -> dict[str, int]:
+    """Error units (INC, MIS, SPU) of a scored record per significance tier, and the
+    actionable total (errors at an actionable tier: the record's actionable_errors).
+
+    At an actionable tier only units counted as actionable: an SPU of normal findings
+    is not (docs/scoring.md section 5), so the actionable tiers add up to the total.
+    """
+    counts = dict.fromkeys(SIGNIFICANCE_TIERS, 0)
+    for unit in record.scores.units:
+        if unit.outcome in ERROR_OUTCOMES and unit.tier in counts and (
+            unit.actionable or unit.tier not in ACTIONABLE_TIERS
+        ):
+            counts[unit.tier] += 1
+    counts[TOTAL] = record.scores.actionable_errors
+    return counts
+
+
+def _scored(record: Record) -> bool:
+    return record.error is None and record.scores is not None
+
+
+def _last_by_pair(records: Iterable[Record]) -> dict[str, Record]:
+    latest: dict[str, Record] = {}
+    for record in records:
+        latest.pop(record.pair_id, None)  # the last record of a pair counts, in its place
+        latest[record.pair_id] = record
+    return latest
+
+
+def paired(records_a: Iterable[Record], records_b: Iterable[Record]):
+    """(pairs both runs scored as (a, b) in A's order, dropped counts by reason)."""
+    a, b = _last_by_pair(records_a), _last_by_pair(records_b)
+    dropped = dict.fromkeys(DROP_REASONS, 0)
+    dropped["only_in_a"] = sum(1 for pid in a if pid not in b)
+    dropped["only_in_b"] = sum(1 for pid in b if pid not in a)
+    both = []
+    for pid, rec_a in a.items():
+        rec_b = b.get(pid)
+        if rec_b is None:
+            continue
+        ok_a, ok_b = _scored(rec_a), _scored(rec_b)
+        if not ok_a and not ok_b:
+            dropped["failed_in_both"] += 1
+        elif not ok_a:
+            dropped["failed_in_a"] += 1
+        elif not ok_b:
+            dropped["failed_in_b"] += 1
+        elif rec_a.reference != rec_b.reference:
+            dropped["different_reference"] += 1
+        else:
+            both.append((rec_a, rec_b))
+    return both, dropped
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def sign_flip_p_values(
+    differences: np.ndarray,
+    clusters: Sequence[Sequence[int]],
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = SEED,
+) -> tuple[np.ndarray, str]:
+    """Two-sided p-value of the mean of each column of `differences` (pairs x columns)
+    under random sign flips of whole studies; and "exact" or "monte carlo".
+
+    Every sign vector is used when 2**studies <= n_permutations (an exact p);
+    otherwise `n_permutations` seeded draws plus the observed assignment.
+    """
+    diffs = np.atleast_2d(np.asarray(differences, dtype=float).T).T
+    n, k = diffs.shape[0], len(clusters)
+    if n == 0 or k == 0:
+        return np.full(diffs.shape[1], math.nan), "exact"
+    sums = np.stack([diffs[list(c)].sum(axis=0) for c in clusters])  # studies x columns
+    observed = np.abs(sums.sum(axis=0)) / n
+    tolerance = 1e-9 * np.maximum(1.0, observed)
+    if k <= 62 and 2**k <= n_permutations:
+        codes = np.arange(2**k, dtype=np.int64)[:, None]
+        signs = 1 - 2 * ((codes >> np.arange(k)) & 1)  # all 2**k sign vectors
+        stats = np.abs(signs @ sums) / n
+        return (stats >= observed - tolerance).mean(axis=0), "exact"
+    rng = np.random.default_rng(seed)
+    hits = np.zeros(diffs.shape[1])
+    done = 0
+    while done < n_permutations:  # in blocks: memory stays small for many studies
+        size = min(1024, n_permutations - done)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, k))
+        hits += (np.abs(signs @ sums) / n >= observed - tolerance).sum(axis=0)
+        done += size
+    return (hits + 1) / (n_permutations + 1), "monte carlo"
+
+
+def bootstrap_intervals(
+    differences: np.ndarray,
+    clusters: Sequence[Sequence[int]],
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> np.ndarray:
+    """Percentile interval of the mean of each column, resampling studies: one pass of
+    `resampling.resample_studies` for all columns, so each column's interval is the
+    one `resampling.mean_interval` gives it."""
+    diffs = np.atleast_2d(np.asarray(differences, dtype=float).T).T
+    if not clusters:
+        return np.full((diffs.shape[1], 2), math.nan)
+    draws = np.array([diffs[idx].mean(axis=0) for idx in resample_studies(clusters, n_resamples, seed)])
+    alpha = (1 - confidence) / 2
+    return np.quantile(draws, [alpha, 1 - alpha], axis=0).T
+
+
+def compare_records(
+    records_a: Iterable[Record],
+    records_b: Iterable[Record],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = SEED,
+    confidence: float = CONFIDENCE,
+) -> dict[str, Any]:
+    """The comparison as JSON-ready data (what `radmatch-audit compare --json` prints).
+
+    `rows` holds one entry per significance tier and one for all actionable errors
+    (`tier` "actionable"): means of A and B, the mean difference B - A with its
+    interval and p-value, and how many pairs B does better, worse or the same on.
+    """
+    both, dropped = paired(records_a, records_b)
+    columns = [*SIGNIFICANCE_TIERS, TOTAL]
+    a = np.array([[tier_errors(ra)[c] for c in columns] for ra, _ in both], dtype=float).reshape(-1, len(columns))
+    b = np.array([[tier_errors(rb)[c] for c in columns] for _, rb in both], dtype=float).reshape(-1, len(columns))
+    diff = b - a
+    studies: list[Hashable] = [
+        ("study", ra.study_id or rb.study_id) if (ra.study_id or rb.study_id) else ("pair", ra.pair_id)
+        for ra, rb in both
+    ]
+    clusters = group_by_study(studies)
+    intervals = bootstrap_intervals(diff, clusters, confidence, n_resamples, seed)
+    p_values, method = sign_flip_p_values(diff, clusters, n_permutations, seed)
+    n = len(both)
+    rows = []
+    for j, column in enumerate(columns):
+        d = diff[:, j]
+        rows.append({
+            "tier": column,
+            "actionable": column == TOTAL or column in ACTIONABLE_TIERS,
+            "mean_a": _num(a[:, j].mean()) if n else None,
+            "mean_b": _num(b[:, j].mean()) if n else None,
+            "mean_difference": _num(d.mean()) if n else None,
+            "ci": [_num(x) for x in intervals[j]] if n else None,
+            "p_value": _num(p_values[j]) if n else None,
+            "b_better": int((d < 0).sum()),
+            "b_worse": int((d > 0).sum()),
+            "same": int((d == 0).sum()),
+        })
+    return {
+        "difference": "B minus A, actionable errors per pair (negative: B makes fewer errors)",
+        "n_compared": n,
+        "n_studies": len(clusters),
+        "n_dropped": sum(dropped.values()),
+        "dropped": dropped,
+        "rows": rows,
+        "confidence": confidence,
+        "bootstrap": {"unit": "study", "n_resamples": n_resamples, "seed": seed},
+        "permutation": {
+            "test": "paired sign flips by study, two-sided",
+            "method": method,
+            "n_permutations": 2 ** len(clusters) if method == "exact" else n_permutations,
+            "seed": seed,
+        },
+    }
+
+
+def _num(x: Any) -> Optional[float]:
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _signed(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:+.3f}"
+
+
+def _plain(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _p(x: Optional[float]) -> str:
+    if x is None:
+        return "n/a"
+    return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def dropped_line(dropped: dict[str, int]) -> str:
+    parts = [f"{count} {DROP_REASONS[reason]}" for reason, count in dropped.items() if count]
+    total = sum(dropped.values())
+    return f"dropped {total} pair(s): " + ", ".join(parts) if total else "dropped no pair"
+
+
+def format_comparison(result: dict[str, Any]) -> str:
+    label_a, label_b = result.get("label_a", "A"), result.get("label_b", "B")
+    pct = round(100 * result["confidence"])
+    lines = [
+        f"A = {label_a}",
+        f"B = {label_b}",
+        *(f"judge{'s' if len(j) > 1 else ''} of {side}: {', '.join(j)}"
+          for side, j in (result.get("judges") or {}).items() if j),
+        f"{result['n_compared']} pair(s) scored by both, in {result['n_studies']} "
+        f"{'study' if result['n_studies'] == 1 else 'studies'}; " + dropped_line(result["dropped"]),
+        "difference: B minus A, actionable errors per pair (negative: B makes fewer errors)",
+        "",
+        f"{'tier':<12}{'mean A':>8}{'mean B':>8}{'B - A':>9}  {f'{pct}% CI':<19}{'p':>7}"
+        f"{'B better':>10}{'B worse':>9}{'same':>6}",
+    ]
+    for row in result["rows"]:
+        ci = row["ci"]
+        interval = "n/a" if ci is None or None in ci else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+        name = row["tier"] if row["actionable"] else row["tier"] + "*"
+        lines.append(
+            f"{name:<12}{_plain(row['mean_a']):>8}{_plain(row['mean_b']):>8}"
+            f"{_signed(row['mean_difference']):>9}  {interval:<19}{_p(row['p_value']):>7}"
+            f"{row['b_better']:>10}{row['b_worse']:>9}{row['same']:>6}"
+        )
+    boot, perm = result["bootstrap"], result["permutation"]
+    lines += [
+        "",
+        f"{TOTAL}: all actionable errors ({'/'.join(ACTIONABLE_TIERS)}); * routine errors "
+        "are counted but are not actionable",
+        f"CI: paired bootstrap over studies, {boot['n_resamples']} resamples, seed {boot['seed']}; "
+        f"p: {perm['test']}, {perm['method']} ({perm['n_permutations']} sign vectors"
+        + ("" if perm["method"] == "exact" else f", seed {perm['seed']}") + ")",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _read(path: str) -> tuple[list[Record], int, set[str]]:
+    """Records of a records file (or SystemExit with the CLI's message), bad lines, judges."""
+    from radmatch_audit.cli import _checked_lines, _open_input, _report_bad, fail, not_records
+    from radmatch_audit.record_io import BadLine, iter_lines
+    from radmatch_audit.recompute import ensure_scored
+
+    records: list[Record] = []
+    bad: list[BadLine] = []
+    judges: set[str] = set()
+    with _open_input(path) as src:
+        try:
+            for line_no, item in iter_lines(_checked_lines(src, path)):
+                if not isinstance(item, BadLine):
+                    try:
+                        records.append(ensure_scored(item))
+                        judge = item.judge
+                        if judge.backend or judge.model:
+                            judges.add(f"{judge.backend or '?'}/{judge.model or '?'}")
+                        continue
+                    except ValueError as exc:
+                        item = BadLine(line_no, str(exc), "")
+                bad.append(item)
+        except UnicodeDecodeError:
+            raise SystemExit(fail(f"cannot read {path}: it is not UTF-8 text"))
+    _report_bad(path, bad)
+    if not records:
+        raise SystemExit(fail(not_records(path, "no line of it could be read as a record")))
+    return records, len(bad), judges
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from radmatch_audit.cli import EXIT_OK, EXIT_SOME_FAILED, check_records_file, fail
+
+    for path in (args.a, args.b):
+        problem = check_records_file(path)
+        if problem:
+            return fail(problem)
+    if args.resamples < 1 or args.permutations < 1:
+        return fail("--resamples and --permutations must be at least 1")
+    try:
+        records_a, bad_a, judges_a = _read(args.a)
+        records_b, bad_b, judges_b = _read(args.b)
+    except SystemExit as stop:
+        return int(stop.code)
+    result = compare_records(records_a, records_b, n_resamples=args.resamples,
+                             n_permutations=args.permutations, seed=args.seed)
+    if not result["n_compared"]:
+        common = result["n_dropped"] - result["dropped"]["only_in_a"] - result["dropped"]["only_in_b"]
+        if not common:
+            return fail(f"{args.a} and {args.b} have no pair_id in common: nothing to compare")
+        return fail(f"no pair was scored by both {args.a} and {args.b} ({dropped_line(result['dropped'])})")
+    result.update(label_a=args.a, label_b=args.b, judges={"A": sorted(judges_a), "B": sorted(judges_b)})
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_comparison(result))
+    return EXIT_SOME_FAILED if bad_a or bad_b else EXIT_OK
+
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="is B better than A? paired difference in actionable errors, with interval and p",
+        description="Compare two records files of the same pairs (matched by pair_id): the "
+        "mean difference in actionable errors per pair (B minus A), per significance tier "
+        "and in total, with a 95% paired bootstrap interval resampling studies and a "
+        "two-sided permutation p-value (sign flips by study). Pairs held by one run only, "
+        "failed in either run, or with a different reference are dropped and counted.",
+    )
+    p.add_argument("a", metavar="A.jsonl", help="records of system A (the baseline)")
+    p.add_argument("b", metavar="B.jsonl", help="records of system B")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--resamples", type=int, default=N_RESAMPLES,
+                   help=f"bootstrap resamples (default {N_RESAMPLES})")
+    p.add_argument("--permutations", type=int, default=N_PERMUTATIONS,
+                   help=f"random sign-flip draws when exact enumeration is too large "
+                   f"(default {N_PERMUTATIONS})")
+    p.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,23 @@
+"""Judge backends behind one contract (`Judge.generate`). Heavy imports stay in each module."""
+
+from radmatch_audit.judges.base import (
+    EndpointRefusedError,
+    InvalidAnswerError,
+    Judge,
+    JudgeError,
+    JudgeResult,
+    JudgeUnavailable,
+    TransientJudgeError,
+    Usage,
+)
+
+__all__ = [
+    "EndpointRefusedError",
+    "InvalidAnswerError",
+    "Judge",
+    "JudgeError",
+    "JudgeResult",
+    "JudgeUnavailable",
+    "TransientJudgeError",
+    "Usage",
+]

@@ -1,0 +1,220 @@
+"""Stage instructions and few-shot exemplars: versioned data, loaded and checked here.
+
+Instructions are Markdown files beside this module (`extract.md`, `match.md`,
+`grade.md`). Exemplars are JSON files `<modality>/<stage>.json` under the
+few-shot directory (see `fewshot_dir`), each
+
+    {"modality": ..., "stage": ..., "clinically_reviewed": false, "note": ...,
+     "exemplars": [{"input": {...}, "output": {...}, "expected": ...}, ...]}
+
+where `input` is what the pipeline puts in the user message and `output` validates
+against the stage's answer model (a grading output grades each input pair once, in
+order, by its ids). `expected` (match and grade exemplars) is what the scoring code
+must make of the output (tests/test_exemplar_verdicts.py checks it); the model never
+sees it, so the loader drops it and it is no part of the prompt version.
+`prompt_version` hashes instructions, inputs and outputs, so that a record can name
+the exact prompt that produced it (docs/judge.md rule 6).
+
+>>> load_instructions("match").startswith("# Stage: finding matching")
+True
+>>> prompt_version("extract", "chest_xray").startswith("v1-")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from radmatch_audit.schemas import ANSWER_MODELS, CANONICAL
+from radmatch_audit.vocabulary import MODALITIES, STAGES
+
+__all__ = [
+    "ANSWER_MODELS",
+    "FEWSHOT_ENV",
+    "MODALITIES",
+    "STAGES",
+    "FewshotError",
+    "fewshot_dir",
+    "load_exemplars",
+    "load_instructions",
+    "prompt_version",
+]
+
+FEWSHOT_ENV = "RADMATCH_FEWSHOT_DIR"
+_FINDING = CANONICAL.extract.model_fields["findings"].annotation.__args__[0]  # one finding
+PROMPT_FORMAT = "v1"
+_EXEMPLAR_KEYS = frozenset({"input", "output", "expected"})
+# How prompting.py turns exemplars into messages; part of every prompt version, so that
+# a change of rendering alone (compact answers, 2026-12-02) gives new versions too.
+RENDERING = "compact-json-defaults-omitted"
+
+# Keys the pipeline puts in each stage's user message.
+_INPUT_KEYS: dict[str, frozenset[str]] = {
+    "extract": frozenset({"report", "indication"}),
+    "match": frozenset({"indication", "gt_findings", "pred_findings"}),
+    "grade": frozenset({"indication", "pairs"}),
+}
+
+
+class FewshotError(ValueError):
+    """An exemplar file is missing, malformed, or an exemplar fails its answer model."""
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...], func: str) -> None:
+    if value not in allowed:
+        raise ValueError(
+            f"The '{name}' parameter of {func} must be one of {list(allowed)}; "
+            f"got {value!r} instead."
+        )
+
+
+def fewshot_dir() -> Path:
+    """The directory holding `<modality>/<stage>.json`.
+
+    In order: the directory named by the environment variable RADMATCH_FEWSHOT_DIR;
+    `radmatch_audit/fewshots` inside an installed wheel; the repository's top-level
+    `fewshots/` in a source or editable checkout.
+    """
+    override = os.environ.get(FEWSHOT_ENV)
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_dir():
+            raise FewshotError(
+                f"{FEWSHOT_ENV} is set to {override!r}, which is not a directory; "
+                "point it at a folder of <modality>/<stage>.json files or unset it."
+            )
+        return path
+    here = Path(__file__).resolve()
+    installed = here.parents[1] / "fewshots"  # site-packages/radmatch_audit/fewshots
+    if installed.is_dir():
+        return installed
+    checkout = here.parents[3] / "fewshots"  # <repo>/inference/radmatch_audit/prompts/__init__.py
+    if checkout.is_dir():
+        return checkout
+    raise FewshotError(
+        f"No few-shot directory found (looked in {installed} and {checkout}); "
+        f"reinstall RadMatch or set {FEWSHOT_ENV}."
+    )
+
+
+def load_instructions(stage: str) -> str:
+    """The instruction text (Markdown) of one stage."""
+    _check_choice("stage", stage, STAGES, "load_instructions")
+    return resources.files(__name__).joinpath(f"{stage}.md").read_text(encoding="utf-8")
+
+
+def _check_findings(findings: Any, where: str) -> None:
+    if not isinstance(findings, list):
+        raise FewshotError(f"{where} must be a list of findings")
+    for j, finding in enumerate(findings):
+        if not isinstance(finding, dict) or not isinstance(finding.get("finding_id"), str):
+            raise FewshotError(f"{where}[{j}] must be a finding object with a string finding_id")
+        fields = {k: v for k, v in finding.items() if k != "finding_id"}
+        try:
+            _FINDING.model_validate(fields)
+        except ValidationError as exc:
+            raise FewshotError(f"{where}[{j}] is not a valid finding: {exc}") from exc
+
+
+def _check_input(stage: str, data: Any, where: str) -> None:
+    if not isinstance(data, dict):
+        raise FewshotError(f"{where}: 'input' must be an object")
+    missing = _INPUT_KEYS[stage] - data.keys()
+    extra = data.keys() - _INPUT_KEYS[stage]
+    if missing or extra:
+        raise FewshotError(
+            f"{where}: 'input' must have exactly the keys {sorted(_INPUT_KEYS[stage])}; "
+            f"missing {sorted(missing)}, unexpected {sorted(extra)}"
+        )
+    if stage == "extract" and not isinstance(data["report"], str):
+        raise FewshotError(f"{where}: input 'report' must be a string")
+    if stage == "match":
+        _check_findings(data["gt_findings"], f"{where}: input gt_findings")
+        _check_findings(data["pred_findings"], f"{where}: input pred_findings")
+    if stage == "grade":
+        if not isinstance(data["pairs"], list):
+            raise FewshotError(f"{where}: input 'pairs' must be a list")
+        for j, pair in enumerate(data["pairs"]):
+            if not isinstance(pair, dict) or set(pair) != {"pred_finding", "gt_finding"}:
+                raise FewshotError(
+                    f"{where}: input pairs[{j}] must have exactly pred_finding and gt_finding"
+                )
+            _check_findings([pair["pred_finding"], pair["gt_finding"]], f"{where}: pairs[{j}]")
+
+
+def _check_grade_keys(data: dict[str, Any], output: dict[str, Any], where: str) -> None:
+    sent = [(p["pred_finding"]["finding_id"], p["gt_finding"]["finding_id"]) for p in data["pairs"]]
+    given = [(g["pred_id"], g["gt_id"]) for g in output["grades"]]
+    if given != sent:
+        raise FewshotError(
+            f"{where}: output grades name the rows {given}; they must name the input pairs "
+            f"in order, {sent}"
+        )
+
+
+def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
+    """The exemplars of one modality and stage, each `{"input": ..., "output": ...}`.
+
+    Every output is re-validated by the stage's answer model; a failure raises
+    FewshotError naming the file and the exemplar index. An exemplar's `expected`
+    is not returned (it is for the tests, not for the model).
+    """
+    _check_choice("modality", modality, MODALITIES, "load_exemplars")
+    _check_choice("stage", stage, STAGES, "load_exemplars")
+    path = fewshot_dir() / modality / f"{stage}.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise FewshotError(f"{path}: exemplar file not found") from exc
+    except json.JSONDecodeError as exc:
+        raise FewshotError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("exemplars"), list):
+        raise FewshotError(f"{path}: expected an object with an 'exemplars' list")
+    if doc.get("modality") != modality or doc.get("stage") != stage:
+        raise FewshotError(
+            f"{path}: header says modality={doc.get('modality')!r}, stage={doc.get('stage')!r}; "
+            f"expected {modality!r}, {stage!r}"
+        )
+    model = ANSWER_MODELS[stage]
+    exemplars = []
+    for i, exemplar in enumerate(doc["exemplars"]):
+        where = f"{path}: exemplar {i}"
+        if not isinstance(exemplar, dict) or not {"input", "output"} <= set(exemplar) <= _EXEMPLAR_KEYS:
+            raise FewshotError(
+                f"{where} must have the keys 'input' and 'output' (and optionally 'expected')"
+            )
+        _check_input(stage, exemplar["input"], where)
+        try:
+            model.model_validate(exemplar["output"])
+        except ValidationError as exc:
+            raise FewshotError(f"{where}: output fails {model.__name__}: {exc}") from exc
+        if stage == "grade":
+            _check_grade_keys(exemplar["input"], exemplar["output"], where)
+        exemplars.append({"input": exemplar["input"], "output": exemplar["output"]})
+    return exemplars
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def prompt_version(stage: str, modality: str) -> str:
+    """Version of a stage's prompt for one modality: "v1-" + 12 hex of a sha256.
+
+    The hash covers the instructions and the exemplars in canonical JSON (sorted keys,
+    no whitespace), so any change to either gives a new version.
+    """
+    payload = {
+        "rendering": RENDERING,
+        "instructions": load_instructions(stage),
+        "exemplars": load_exemplars(modality, stage),
+    }
+    digest = hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+    return f"{PROMPT_FORMAT}-{digest[:12]}"

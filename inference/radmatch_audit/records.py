@@ -1,0 +1,301 @@
+"""The audit record (docs/records.md): a pair in, everything the judge said, the scores.
+
+Every field is typed here; `record_io` reads and writes records as JSON lines.
+`schema_version` is bumped on any incompatible change, and `MIGRATIONS` (forward
+only) brings an older record up to date when it is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer
+from radmatch_audit.scoring.results import Scores
+from radmatch_audit.vocabulary import STAGES, check_modality
+
+SCHEMA_VERSION = 3
+# a later radmatch may add keys; they survive a rewrite. NaN and infinity are refused:
+# JSON has no such numbers (they would be written as null, which no reader accepts)
+_OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+@dataclass(frozen=True)
+class PairInput:
+    """One pair to evaluate. `pair_id` defaults to the pair's position in the run."""
+
+    reference: str
+    candidate: str
+    pair_id: Optional[str] = None
+    study_id: Optional[str] = None
+    modality: Optional[str] = None
+    indication: Optional[str] = None
+
+    def check(self, name: str) -> None:
+        """Raise ValueError naming the pair and the field when a value has the wrong type."""
+        for field_name in ("reference", "candidate"):
+            value = getattr(self, field_name)
+            if not isinstance(value, str):
+                raise ValueError(
+                    f"pair {name}: {field_name} must be a string, got {type(value).__name__}"
+                )
+        for field_name in ("indication", "pair_id", "study_id"):
+            value = getattr(self, field_name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"pair {name}: {field_name} must be a string or None")
+        if self.modality is not None:
+            check_modality(self.modality, f"pair {name}: modality")
+
+
+class Stages(BaseModel):
+    """Stage answers as given by the judge. A stage that did not run is absent (None)."""
+
+    model_config = _OPEN
+
+    indication: Optional[str] = None
+    reference_findings: Optional[list[Finding]] = None
+    candidate_findings: Optional[list[Finding]] = None
+    matching: Optional[MatchingAnswer] = None
+    grading: Optional[GradingStage] = None
+
+
+class JudgeInfo(BaseModel):
+    """Which judge answered, with which prompts."""
+
+    model_config = _OPEN
+
+    backend: str = ""
+    model: str = ""
+    prompt_version: dict[str, str] = Field(default_factory=dict)  # stage -> version hash
+    fewshot_set: Optional[str] = None
+    exemplars_used: dict[str, int] = Field(default_factory=dict)  # stage -> exemplars sent
+    # what the server said it loaded (vLLM's `root` in /v1/models) and its context, in tokens
+    loaded_model: Optional[str] = None
+    max_model_len: Optional[int] = None
+
+
+class Usage(BaseModel):
+    """What the pair cost. Calls answered by the cache or by another pair's call are cached."""
+
+    model_config = _OPEN
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False  # every answer of this pair came from the cache
+    judge_calls: int = 0
+    cached_calls: int = 0
+    # judge calls whose server gave no readable token counts: the tokens above are unknown for them
+    unreported_calls: int = 0
+
+
+class Timings(BaseModel):
+    """Seconds per stage (waiting for the judge included) and for the whole pair."""
+
+    model_config = _OPEN
+
+    extract: float = 0.0
+    match: float = 0.0
+    grade: float = 0.0
+    total: float = 0.0
+
+
+class Failure(BaseModel):
+    """Why a pair has no scores: the stage, the cause, what was tried."""
+
+    model_config = _OPEN
+
+    stage: str  # a judge stage, or "input" or "score"
+    cause: str
+    attempts: int = 0
+    elapsed_s: float = 0.0
+
+    def message(self) -> str:
+        tried = f" (after {self.attempts} attempt(s) in {self.elapsed_s:.1f} s)" if self.attempts else ""
+        return f"{self.stage}: {self.cause}{tried}"
+
+
+class Sample(BaseModel):
+    """A further run of the stages on the same pair (`--samples K`): sample 1 to K-1.
+
+    Sample 0 is the record's own `stages` and `scores`, so that every other view reads
+    a sampled record as it reads any record.
+    """
+
+    model_config = _OPEN
+    index: int
+    stages: Stages = Field(default_factory=Stages)
+    repairs: list[str] = Field(default_factory=list)
+    error: Optional[str] = None
+    failure: Optional[Failure] = None
+    scores: Optional[Scores] = None
+
+
+class UnitVote(BaseModel):
+    """One unit across samples: known by its findings' text, its outcome in each sample."""
+
+    model_config = _OPEN
+    unit: str  # the reference findings' text ("a + b"), or the candidate's for a spurious unit
+    side: str  # "reference" or "candidate"
+    outcomes: list[Optional[str]]  # per scored sample; None: no such unit in that sample
+    majority: Optional[str]  # the outcome of more than half the scored samples, else None
+
+
+class Stability(BaseModel):
+    """How much the scores of one pair move between samples of the judge."""
+
+    model_config = _OPEN
+    samples: int
+    scored: int
+    actionable_errors: list[Optional[int]]  # per sample; None where a sample failed
+    spread: Optional[int] = None  # max - min over the scored samples
+    identical: Optional[bool] = None  # every sample scored and counted the same
+    units: list[UnitVote] = Field(default_factory=list)
+
+
+class Record(BaseModel):
+    """One evaluated pair: inputs, stage answers, repairs, scores."""
+
+    model_config = _OPEN
+
+    schema_version: int = SCHEMA_VERSION
+    pair_id: str
+    study_id: Optional[str] = None
+    modality: Optional[str] = None
+    source: Optional[str] = None  # where the pair came from in its input file ("line 3")
+    reference: str
+    candidate: str
+    indication: Optional[str] = None
+    stages: Stages = Field(default_factory=Stages)
+    repairs: list[str] = Field(default_factory=list)
+    judge: JudgeInfo = Field(default_factory=JudgeInfo)
+    timings_s: Timings = Field(default_factory=Timings)
+    usage: Usage = Field(default_factory=Usage)
+    flags: list[str] = Field(default_factory=list)
+    error: Optional[str] = None  # Failure.message(), kept as one line for readers
+    failure: Optional[Failure] = None
+    scores: Optional[Scores] = None
+    samples: Optional[list[Sample]] = None  # samples 1..K-1 under --samples K (absent for one)
+    stability: Optional[Stability] = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def fail(self, failure: Failure) -> None:
+        self.failure, self.error, self.scores = failure, failure.message(), None
+
+    def to_json(self) -> str:
+        # a stage that did not run is absent; "indication": null means "no indication"
+        exclude: dict[str, Any] = {}
+        absent = {k for k in _OPTIONAL_STAGES if getattr(self.stages, k) is None}
+        if absent:
+            exclude["stages"] = absent
+        if self.samples is None:  # a one-sample record reads as it always has
+            exclude.update(samples=True, stability=True)
+        return self.model_dump_json(exclude=exclude or None)
+
+
+_OPTIONAL_STAGES = ("reference_findings", "candidate_findings", "matching", "grading")
+
+
+def failed_input(pair_id: str, cause: str, *, source: Optional[str] = None, **inputs: Any) -> Record:
+    """The record of a pair that could not be evaluated: its inputs as far as known, the cause."""
+    record = Record(
+        pair_id=pair_id,
+        source=source,
+        reference=inputs.pop("reference", None) or "",
+        candidate=inputs.pop("candidate", None) or "",
+        **{k: v for k, v in inputs.items() if v is not None},
+    )
+    record.fail(Failure(stage="input", cause=cause))
+    return record
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+class UnknownSchemaVersion(ValueError):
+    pass
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 documented `judge.prompt_version` as one string; version 2 keys it by stage."""
+    judge = data.get("judge")
+    if isinstance(judge, dict) and isinstance(judge.get("prompt_version"), str):
+        version = judge["prompt_version"]
+        data["judge"] = {**judge, "prompt_version": {stage: version for stage in STAGES}}
+    return data
+
+
+def _keyed_grading(grading: Any, where: str) -> Any:
+    if not isinstance(grading, dict) or "errors_per_match" not in grading:
+        return grading
+    pairs, answers = grading.get("pairs") or [], grading["errors_per_match"] or []
+    if not isinstance(pairs, list) or not isinstance(answers, list) or len(pairs) != len(answers):
+        raise ValueError(
+            f"{where}: errors_per_match has {len(answers) if isinstance(answers, list) else '?'} "
+            f"entries but pairs has {len(pairs) if isinstance(pairs, list) else '?'}; they must align"
+        )
+    keyed = {k: v for k, v in grading.items() if k != "errors_per_match"}
+    keyed["grades"] = [
+        {"pred_id": row[0], "gt_id": row[1], "errors": errors}
+        for row, errors in zip(pairs, answers)
+        if isinstance(row, (list, tuple)) and len(row) == 2
+    ]
+    if len(keyed["grades"]) != len(pairs):
+        raise ValueError(f"{where}: every entry of pairs must be a [pred_id, gt_id] pair")
+    return keyed
+
+
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 stored grading positionally (`errors_per_match[i]` belongs to `pairs[i]`);
+    version 3 keys each entry by its row: `grades: [{pred_id, gt_id, errors}]`."""
+    stages = data.get("stages")
+    if isinstance(stages, dict) and "grading" in stages:
+        data["stages"] = {**stages, "grading": _keyed_grading(stages["grading"], "stages.grading")}
+    for i, sample in enumerate(data.get("samples") or []):
+        sample_stages = sample.get("stages") if isinstance(sample, dict) else None
+        if isinstance(sample_stages, dict) and "grading" in sample_stages:
+            sample["stages"] = {
+                **sample_stages,
+                "grading": _keyed_grading(sample_stages["grading"], f"samples.{i}.stages.grading"),
+            }
+    return data
+
+
+# version N -> function turning a version-N dict into a version-(N+1) dict
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a record dict up to SCHEMA_VERSION, or raise UnknownSchemaVersion."""
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version < 1 or version > SCHEMA_VERSION:
+        raise UnknownSchemaVersion(
+            f"schema_version {version!r} is not supported by this radmatch "
+            f"(it reads versions 1 to {SCHEMA_VERSION}); upgrade radmatch to read it"
+        )
+    while version < SCHEMA_VERSION:
+        data = MIGRATIONS[version](data)
+        version += 1
+        data["schema_version"] = version
+    return data
+
+
+__all__ = [
+    "Failure",
+    "JudgeInfo",
+    "PairInput",
+    "Record",
+    "Sample",
+    "Stability",
+    "UnitVote",
+    "SCHEMA_VERSION",
+    "Stages",
+    "Timings",
+    "Usage",
+    "failed_input",
+    "migrate",
+]

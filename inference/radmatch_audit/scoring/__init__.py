@@ -1,0 +1,6 @@
+"""The pure scoring core: stage answers in, scores out (docs/scoring.md). No I/O, no judge."""
+
+from radmatch_audit.scoring.results import Scores
+from radmatch_audit.scoring.score import score_pair
+
+__all__ = ["Scores", "score_pair"]

@@ -1,0 +1,44 @@
+"""Every closed vocabulary of RadMatch, defined once; other modules import from here.
+
+The scoring core keeps its own result vocabularies (outcomes, tiers, dimensions,
+subsets) in `radmatch_audit.scoring.results`, and the records carry them to the dashboard.
+
+>>> check_modality("chest_ct", "the 'modality' parameter")
+'chest_ct'
+>>> check_modality("knee_mri", "pair 7: modality")
+Traceback (most recent call last):
+...
+ValueError: pair 7: modality must be one of ['chest_xray', 'chest_ct', 'abdomen_pelvis_ct', 'head_ct', 'brain_mri']; got 'knee_mri'
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from radmatch_audit.thresholds import QUANTITIES
+
+Modality = Literal["chest_xray", "chest_ct", "abdomen_pelvis_ct", "head_ct", "brain_mri"]
+MODALITIES: tuple[str, ...] = get_args(Modality)
+DEFAULT_MODALITY = "chest_xray"
+
+# The judge's stages, in the order one pair runs them. The indication is read by code
+# (radmatch_audit.indication), not asked of the judge.
+Stage = Literal["extract", "match", "grade"]
+STAGES: tuple[str, ...] = get_args(Stage)
+
+ClinicalStatus = Literal["normal", "abnormal"]
+Significance = Literal["critical", "urgent", "notable", "routine"]
+Comparison = Literal["stable", "improving", "worsening", "new", "resolved"]
+MeasurementCategory = Literal["size", "count", "attenuation", "ratio", "position", "other"]
+# What a measurement measured, when it is one of the clinical threshold table's quantities.
+Quantity = Literal[QUANTITIES]  # type: ignore[valid-type]
+MatchScope = Literal["direct", "aggregate", "generic"]
+GradedDimension = Literal["location", "severity", "morphology", "certainty", "measurement"]
+ErrorSeverity = Literal["major", "minor"]
+
+
+def check_modality(value: object, what: str) -> str:
+    """Return `value` when it names a few-shot set; otherwise raise one ValueError template."""
+    if value not in MODALITIES:
+        raise ValueError(f"{what} must be one of {list(MODALITIES)}; got {value!r}")
+    return value  # type: ignore[return-value]
