@@ -162,12 +162,12 @@ class MetricScorer:
 
         `progress=True` shows the CLI's progress bar (tqdm, on stderr) while pairs run.
         """
-        from radmatch_audit.cli_evaluate import _progress  # the bar `radmatch-audit evaluate` shows
+        from radmatch_audit.progress import progress_bar  # the bar `radmatch-audit evaluate` shows
 
         evaluator = self.evaluator
         before = evaluator.stats.judge_calls
         writer = RecordWriter(self.records_path, append=True) if self.records_path else None
-        bar = _progress(len(pairs), quiet=not progress)
+        bar = progress_bar(len(pairs), quiet=not progress)
         stats = evaluator.stats
 
         def on_record(record: Record) -> None:
