@@ -6,6 +6,8 @@
 #   serve/start_vllm.sh [options]                start the judge (foreground)
 #   serve/start_vllm.sh --dry-run [options]      print the plan, the command and its
 #                                                environment; starts and writes nothing
+#                                                (without a GPU: the plan for an example
+#                                                GPU, 1 x H100 80GB, then the GPU error)
 #   serve/start_vllm.sh --check-only [--url URL] [--api-key-file F] [--model NAME]
 #                                                check an already running judge
 #
@@ -47,7 +49,7 @@
 # the KV cache's type from the compute capability (FP8 from 8.9, else BF16).
 #
 # Exit codes: 0 ready (or dry run printed); 2 usage; 3 the GPUs cannot hold the
-# profile; 4 weights or the vllm executable not found; 5 the server did not come
+# profile, or there is no GPU (a dry run prints the example plan first); 4 weights or the vllm executable not found; 5 the server did not come
 # up; 6 it came up but failed the readiness check (see serve/check_judge.py for
 # its own codes); 7 this machine's software cannot run vLLM 0.33.0 (Python, NVIDIA
 # driver or GPU generation; a dry run says which and exits 7 too).
@@ -74,6 +76,11 @@ gemma4-26b-a4b  google/gemma-4-26B-A4B-it  24800  2048  Gemma 4 26B-A4B MoE, sma
 readonly DEFAULT_PROFILE=gemma4-31b
 readonly RUNTIME_RESERVE_MIB=1536  # per GPU: activations, CUDA graphs, NCCL buffers
 readonly TP_CHOICES=(1 2 4 8)
+# What a dry run plans for on a machine without a GPU (name, MiB as nvidia-smi prints
+# them, compute capability): the smallest common single card that holds the default
+# profile, so that an admin can read the weights check and the command before buying.
+readonly EXAMPLE_GPU_NAME="NVIDIA H100 80GB HBM3" EXAMPLE_GPU_MIB=81559
+readonly EXAMPLE_GPU_CC=90 EXAMPLE_GPU_CC_TEXT=9.0
 
 # RadMatch sends four calls per pair, 17-33k input tokens in all (paper, Tab. 6):
 # one call is at most ~12k input tokens (instructions + exemplars + the pair),
@@ -119,7 +126,7 @@ GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
 
 # Filled in by the functions below.
 PROFILE_ID="" PROFILE_WEIGHTS_MIB=0 PROFILE_KV_MIB=0 PROFILE_DESC=""
-GPU_COUNT=0 GPU_MIN_MIB=0 GPU_NAME="" GPU_PROBLEM=""
+GPU_COUNT=0 GPU_MIN_MIB=0 GPU_NAME="" GPU_PROBLEM="" EXAMPLE_GPUS=0
 FIT_TP=0 TP_SOURCE="" DP_SOURCE="" IDLE_GPUS=0
 WEIGHTS_MISSING=0 VLLM_EXE="" VLLM_FOUND=0
 PYTHON_EXE="" PYTHON_VERSION="" DRIVER_VERSION="" GPU_CC=0 GPU_CC_TEXT="" KV_CACHE_DTYPE=""
@@ -266,7 +273,9 @@ detect_driver() {
 # Problems are collected in SOFTWARE_PROBLEMS (a start refuses, a dry run lists them).
 check_driver_and_gpus() {
     local major=${DRIVER_VERSION%%.*}
-    if [[ -z $DRIVER_VERSION ]]; then
+    if ((EXAMPLE_GPUS)); then
+        :  # no driver to check on a machine without a GPU
+    elif [[ -z $DRIVER_VERSION ]]; then
         log "warning: nvidia-smi gave no driver version; vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer"
     elif ((major < DRIVER_MIN_MAJOR)); then
         SOFTWARE_PROBLEMS+=("NVIDIA driver $DRIVER_VERSION is too old: vLLM $VLLM_VERSION is built for CUDA 13 (libcudart.so.13), which needs driver R$DRIVER_MIN_MAJOR or newer.
@@ -320,7 +329,11 @@ software_lines() {
     else
         echo "python: $PYTHON_EXE (version unknown; vLLM $VLLM_VERSION needs 3.$PYTHON_MIN_MINOR-3.$PYTHON_MAX_MINOR)"
     fi
-    echo "NVIDIA driver: ${DRIVER_VERSION:-unknown} (vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer for CUDA 13)"
+    if ((EXAMPLE_GPUS)); then
+        echo "NVIDIA driver: none on this machine (vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer for CUDA 13)"
+    else
+        echo "NVIDIA driver: ${DRIVER_VERSION:-unknown} (vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer for CUDA 13)"
+    fi
     if ((GPU_CC == 0)); then
         kv_why="compute capability unknown: BF16, which every supported GPU runs"
         echo "compute capability: unknown (nvidia-smi has no compute_cap field)"
@@ -401,18 +414,33 @@ alternatives() {
 
 plural() { if (($1 == 1)) then echo "$1 $2"; else echo "$1 $2s"; fi; }
 
+no_gpu_message() {
+    echo "no GPU: $GPU_PROBLEM.
+  $PROFILE ($PROFILE_DESC) needs NVIDIA GPUs: $PROFILE_WEIGHTS_MIB MiB of FP8 weights plus
+  $RUNTIME_RESERVE_MIB MiB runtime and a $PROFILE_KV_MIB MiB KV cache floor (e.g. two 32 GB or one 48 GB GPU).
+  Run this script on the GPU workstation. To try the client without a GPU, see
+  scripts/setup_vllm_cpu.sh (CPU vLLM with a tiny model: structure only, not clinical quality)."
+}
+
+# A dry run without a GPU plans for example GPUs (one, or as many as --tp x --dp ask
+# for) so that the weights check and the command are still shown; it exits 3 after.
+use_example_gpus() {
+    local tp=${TP:-1}
+    EXAMPLE_GPUS=$((tp * ${DP:-1}))
+    GPU_COUNT=$EXAMPLE_GPUS GPU_MIN_MIB=$EXAMPLE_GPU_MIB GPU_NAME=$EXAMPLE_GPU_NAME
+    GPU_CC=$EXAMPLE_GPU_CC GPU_CC_TEXT=$EXAMPLE_GPU_CC_TEXT
+}
+
 # Tensor parallelism: the fewest GPUs (from TP_CHOICES) whose memory holds one
 # replica, or --tp. Data parallelism: as many replicas as the remaining GPUs
 # allow, floor(GPUs / tp), or --dp; GPUs left over stay idle. Refuses when the
 # GPUs cannot hold one replica. Sets TP, DP, FIT_TP and IDLE_GPUS.
 choose_parallelism() {
     local tp candidate need usable largest=1
-    if ((GPU_COUNT == 0)); then
-        die 3 "no GPU: $GPU_PROBLEM.
-  $PROFILE ($PROFILE_DESC) needs NVIDIA GPUs: $PROFILE_WEIGHTS_MIB MiB of FP8 weights plus
-  $RUNTIME_RESERVE_MIB MiB runtime and a $PROFILE_KV_MIB MiB KV cache floor (e.g. two 32 GB or one 48 GB GPU).
-  Run this script on the GPU workstation. To try the client without a GPU, see
-  scripts/setup_vllm_cpu.sh (CPU vLLM with a tiny model: structure only, not clinical quality)."
+    if ((GPU_COUNT == 0)) && [[ $MODE == dry-run ]]; then
+        use_example_gpus
+    elif ((GPU_COUNT == 0)); then
+        die 3 "$(no_gpu_message)"
     fi
     usable=$(usable_mib "$GPU_MIN_MIB")
     FIT_TP=0
@@ -456,6 +484,7 @@ plan_lines() {
     local usable need note=""
     usable=$(usable_mib "$GPU_MIN_MIB")
     need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$FIT_TP")
+    ((EXAMPLE_GPUS == 0)) || echo "example GPU: this machine has none ($GPU_PROBLEM), so the plan is for:"
     echo "$(plural "$GPU_COUNT" GPU) x $GPU_MIN_MIB MiB ($GPU_NAME, $usable usable);" \
         "one replica needs $FIT_TP: (model $PROFILE_WEIGHTS_MIB + KV cache $PROFILE_KV_MIB) / $FIT_TP" \
         "+ runtime $RUNTIME_RESERVE_MIB = $need MiB per GPU"
@@ -717,8 +746,10 @@ print_dry_run() {
         fi
     done
     echo
+    ((${#SOFTWARE_PROBLEMS[@]} == 0)) || printf '# refused: %s\n' "${SOFTWARE_PROBLEMS[@]}"
+    ((EXAMPLE_GPUS == 0)) || die 3 "$(no_gpu_message)
+  (The plan on stdout is for an example GPU, $EXAMPLE_GPU_NAME; on the workstation a dry run plans for its own.)"
     if ((${#SOFTWARE_PROBLEMS[@]})); then
-        printf '# refused: %s\n' "${SOFTWARE_PROBLEMS[@]}"
         die 7 "this machine cannot run vLLM $VLLM_VERSION (see 'refused' above)"
     fi
 }

@@ -232,20 +232,52 @@ def default_key_file(env: dict[str, str]) -> Path:
 # ---- no usable GPU -----------------------------------------------------------
 
 
-def test_no_nvidia_smi_refuses(tmp_path, env):
+def assert_example_plan_then_gpu_error(result, problem: str, gpus: int = 1) -> None:
+    """A dry run without a GPU: the plan for the stated example GPU on stdout (weights
+    check and command included), then the GPU error on stderr, and exit 3."""
+    assert result.returncode == 3
+    out = result.stdout
+    assert f"# example GPU: this machine has none ({problem}" in out
+    assert f"# {gpus} GPU{'s' if gpus > 1 else ''} x 81559 MiB (NVIDIA H100 80GB HBM3, 75034 usable)" in out
+    assert "# NVIDIA driver: none on this machine" in out
+    assert "# weights missing: no google/gemma-4-31B-it checkpoint" in out  # the weights check
+    cmd = command_line(out)
+    assert option(cmd, "--kv-cache-dtype") == "fp8"  # the example's compute capability 9.0
+    err = result.stderr
+    assert f"no GPU: {problem}" in err
+    assert "30041 MiB" in err  # what the profile would need
+    assert "plan on stdout is for an example GPU, NVIDIA H100 80GB HBM3" in err
+    assert err.rstrip().endswith("plans for its own.)")  # the GPU error comes last
+    assert "nvidia-smi gave no driver version" not in err
+
+
+def test_no_nvidia_smi_shows_the_example_plan_then_refuses(tmp_path, env):
     if shutil.which("nvidia-smi", path=SYSTEM_PATH):
         pytest.skip("a real nvidia-smi is installed on this machine")
     result = run(["--dry-run"], env)
-    assert result.returncode == 3
-    assert "no GPU: nvidia-smi not found" in result.stderr
-    assert "30041 MiB" in result.stderr  # what the profile would need
-    assert result.stdout == ""
+    assert_example_plan_then_gpu_error(result, "nvidia-smi not found")
+    assert option(command_line(result.stdout), "--tensor-parallel-size") == "1"
 
 
-def test_failing_nvidia_smi_refuses(tmp_path, env):
+def test_failing_nvidia_smi_shows_the_example_plan_then_refuses(tmp_path, env):
     result = dry_run(tmp_path, env, None)
+    assert_example_plan_then_gpu_error(result, "nvidia-smi failed: NVIDIA-SMI has failed")
+
+
+def test_the_example_plan_follows_tp_and_dp(tmp_path, env):
+    result = dry_run(tmp_path, env, None, "--tp", "2", "--dp", "2")
+    assert_example_plan_then_gpu_error(result, "nvidia-smi failed", gpus=4)
+    cmd = command_line(result.stdout)
+    assert option(cmd, "--tensor-parallel-size") == "2"
+    assert option(cmd, "--data-parallel-size") == "2"
+
+
+def test_a_start_without_a_gpu_stops_with_no_plan(tmp_path, env):
+    fake_nvidia_smi(tmp_path / "bin", None)
+    result = run([], env)
     assert result.returncode == 3
-    assert "nvidia-smi failed: NVIDIA-SMI has failed" in result.stderr
+    assert "no GPU: nvidia-smi failed" in result.stderr
+    assert "example GPU" not in result.stdout + result.stderr
     assert result.stdout == ""
 
 
