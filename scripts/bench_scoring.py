@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from radmatch_audit.cli import WRITE_BUFFER
+from radmatch_audit.cli.common import WRITE_BUFFER
 from radmatch_audit.corpus import CorpusSummary
 from radmatch_audit.recompute import recompute_lines, score_record
 from radmatch_audit.record_io import parse_record

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit.corpus import summarize
-from radmatch_audit.dashboard import add_dashboard_parser, build_dashboard, embed_json, locate_evidence
+from radmatch_audit.cli.dashboard import add_dashboard_parser
+from radmatch_audit.dashboard import build_dashboard, embed_json, locate_evidence
 from radmatch_audit.dashboard.build import SUBSET_BITS, _asset, _sha256, render_page
 from radmatch_audit.scoring.results import vocabularies
 

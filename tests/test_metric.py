@@ -25,7 +25,8 @@ import pytest
 
 from radmatch_audit import Evaluator, JudgeConfig, PairInput
 from radmatch_audit.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
-from radmatch_audit.metric_install import add_install_metric_parser, install_metric, script_path
+from radmatch_audit.cli.install_metric import add_install_metric_parser
+from radmatch_audit.metric_install import install_metric, script_path
 from radmatch_audit.record_io import read_records
 from radmatch_audit.testing.scripted import RecordingJudge, ScriptedJudge
 

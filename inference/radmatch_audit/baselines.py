@@ -14,11 +14,9 @@ it holds no finding-level structure, which is the point of the comparison.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
-import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -26,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from radmatch_audit.cli_evaluate import COLUMN_FLAGS, add_judge_arguments, judge_config
 from radmatch_audit.control_strings import neutralise_markers
 from radmatch_audit.pipeline import stream
 from radmatch_audit.records import Failure, PairInput
@@ -216,112 +213,3 @@ def base_record(pair_id: str, pair: PairInput, method: str, source: Optional[str
         "reference": pair.reference, "candidate": pair.candidate, "indication": pair.indication,
         "judge": {}, "answer": None, "errors": None, "error": None, "failure": None,
     }
-
-
-# --------------------------------------------------------------------------- command line
-
-
-
-def cmd_baseline(args: argparse.Namespace) -> int:
-    from radmatch_audit.cli import EXIT_OK, EXIT_SOME_FAILED, fail
-    from radmatch_audit.inputs import read_pairs
-    from radmatch_audit.judges.base import JudgeUnavailable
-    from radmatch_audit.record_io import open_private, same_file
-
-    try:
-        config = judge_config(args)
-        columns = {field: getattr(args, f"{field}_column") for _, field in COLUMN_FLAGS}
-        jobs, bad = [], []
-        for position, (where, item) in enumerate(read_pairs(args.input, columns=columns, split=args.split)):
-            if args.limit and position >= args.limit:
-                break
-            pair_id = item.pair_id or str(position)
-            if isinstance(item, PairInput):
-                jobs.append((pair_id, item, where))
-            else:
-                bad.append((pair_id, where, item))
-    except (ValueError, OSError) as exc:
-        return fail(str(exc))
-    ids = [job[0] for job in jobs] + [b[0] for b in bad]
-    if len(set(ids)) != len(ids):
-        return fail(f"{args.input}: pair ids must be unique")
-    if not ids:
-        return fail(f"{args.input} holds no pairs")
-    output = Path(args.output)
-    if not output.parent.is_dir():
-        return fail(f"cannot write {output}: the folder {output.parent} does not exist")
-    if same_file(output, args.input):
-        return fail(f"the output {output} is the input file {args.input} (the same file, "
-                    "maybe under another name or a hard link); name another file")
-    if config.is_small_local_model:
-        from radmatch_audit.cli_evaluate import SMALL_JUDGE_NOTICE
-
-        print(SMALL_JUDGE_NOTICE, file=sys.stderr)
-    try:
-        runner = Baseline(
-            config.build_judge(), args.method, cache_dir=config.answer_cache_dir(),
-            small_model=config.small_model_decoding, retries=config.retries,
-            concurrency=config.resolved_concurrency,
-        )
-    except Exception as exc:  # bad URL, refused endpoint, missing extra
-        return fail(str(exc))
-    done = failed = 0
-    errors_total = 0.0
-    started = time.perf_counter()
-    with runner:
-        try:
-            runner.check()
-        except JudgeUnavailable as exc:  # before OUT is created
-            return fail(str(exc))
-        try:
-            with open_private(output, "w") as out:
-                for pair_id, where, item in bad:  # nothing is lost: a bad row becomes a failed record
-                    record = base_record(pair_id, PairInput(reference="", candidate=""), args.method, where)
-                    record.update({k: v for k, v in item.inputs.items() if v is not None})
-                    failure = Failure(stage="input", cause=f"{where}: {item.message}")
-                    record["failure"], record["error"] = failure.model_dump(), failure.message()
-                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    failed += 1
-
-                def on_record(record: dict[str, Any]) -> None:
-                    nonlocal done, failed, errors_total
-                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    out.flush()
-                    if record["errors"] is None:
-                        failed += 1
-                    else:
-                        done += 1
-                        errors_total += record["errors"]
-
-                runner.run(jobs, on_record)
-        except OSError as exc:  # a full disk, a quota: say what failed
-            return fail(f"writing the baseline records to {output} failed "
-                        f"({exc.strerror or type(exc).__name__}); run the command again once it can write")
-    elapsed = time.perf_counter() - started
-    mean = f"{errors_total / done:.2f}" if done else "n/a"
-    print(f"{args.method}: {done} pair(s) scored, {failed} failed, mean errors {mean}, "
-          f"{elapsed:.1f} s ({elapsed / max(1, len(jobs)):.2f} s per pair); records in {output}")
-    return EXIT_SOME_FAILED if failed else EXIT_OK
-
-
-def add_baseline_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "baseline",
-        help="the paper's single-call baselines (count, enumerate) as records",
-        description="Ask the judge, once per pair, for the number of clinically significant "
-        "errors (--method count: a bare integer) or for the list of them (--method enumerate: "
-        "the count is its length), schema-constrained, and write one baseline record per pair "
-        "(docs/agreement.md), which `radmatch-audit agreement` reads beside RadMatch's records. "
-        "Judge options and RADMATCH_* variables are those of `radmatch-audit evaluate`.",
-    )
-    p.add_argument("input", metavar="INPUT", help="pairs: .jsonl, .csv, or a saved `datasets` folder")
-    p.add_argument("--method", required=True, choices=list(METHODS))
-    p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl",
-                   help="baseline records, created owner-only (they hold report text)")
-    p.add_argument("--split", help="split of a saved DatasetDict")
-    p.add_argument("--limit", type=int, help="run only the first N rows")
-    g = p.add_argument_group("columns")
-    for flag, default in COLUMN_FLAGS:
-        g.add_argument(f"--{flag}-column", default=default, metavar="NAME")
-    add_judge_arguments(p, "judge (as for `radmatch-audit evaluate`)")
-    p.set_defaults(func=cmd_baseline)

@@ -1,4 +1,4 @@
-"""`radmatch-audit compare A.jsonl B.jsonl`: is system B better than system A?
+"""Is system B better than system A? The statistics of `radmatch-audit compare A.jsonl B.jsonl`.
 
 Over the pairs both runs scored (matched by pair_id), the mean difference in
 actionable errors per pair, B minus A (negative: B makes fewer errors), per
@@ -18,8 +18,6 @@ differs between the runs are dropped and counted, each with its reason.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from typing import Any, Hashable, Iterable, Optional, Sequence
 
@@ -278,87 +276,3 @@ def format_comparison(result: dict[str, Any]) -> str:
         + ("" if perm["method"] == "exact" else f", seed {perm['seed']}") + ")",
     ]
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _read(path: str) -> tuple[list[Record], int, set[str]]:
-    """Records of a records file (or SystemExit with the CLI's message), bad lines, judges."""
-    from radmatch_audit.cli import _checked_lines, _open_input, _report_bad, fail, not_records
-    from radmatch_audit.record_io import BadLine, iter_lines
-    from radmatch_audit.recompute import ensure_scored
-
-    records: list[Record] = []
-    bad: list[BadLine] = []
-    judges: set[str] = set()
-    with _open_input(path) as src:
-        try:
-            for line_no, item in iter_lines(_checked_lines(src, path)):
-                if not isinstance(item, BadLine):
-                    try:
-                        records.append(ensure_scored(item))
-                        judge = item.judge
-                        if judge.backend or judge.model:
-                            judges.add(f"{judge.backend or '?'}/{judge.model or '?'}")
-                        continue
-                    except ValueError as exc:
-                        item = BadLine(line_no, str(exc), "")
-                bad.append(item)
-        except UnicodeDecodeError:
-            raise SystemExit(fail(f"cannot read {path}: it is not UTF-8 text"))
-    _report_bad(path, bad)
-    if not records:
-        raise SystemExit(fail(not_records(path, "no line of it could be read as a record")))
-    return records, len(bad), judges
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from radmatch_audit.cli import EXIT_OK, EXIT_SOME_FAILED, check_records_file, fail
-
-    for path in (args.a, args.b):
-        problem = check_records_file(path)
-        if problem:
-            return fail(problem)
-    if args.resamples < 1 or args.permutations < 1:
-        return fail("--resamples and --permutations must be at least 1")
-    try:
-        records_a, bad_a, judges_a = _read(args.a)
-        records_b, bad_b, judges_b = _read(args.b)
-    except SystemExit as stop:
-        return int(stop.code)
-    result = compare_records(records_a, records_b, n_resamples=args.resamples,
-                             n_permutations=args.permutations, seed=args.seed)
-    if not result["n_compared"]:
-        common = result["n_dropped"] - result["dropped"]["only_in_a"] - result["dropped"]["only_in_b"]
-        if not common:
-            return fail(f"{args.a} and {args.b} have no pair_id in common: nothing to compare")
-        return fail(f"no pair was scored by both {args.a} and {args.b} ({dropped_line(result['dropped'])})")
-    result.update(label_a=args.a, label_b=args.b, judges={"A": sorted(judges_a), "B": sorted(judges_b)})
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(format_comparison(result))
-    return EXIT_SOME_FAILED if bad_a or bad_b else EXIT_OK
-
-
-def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="is B better than A? paired difference in actionable errors, with interval and p",
-        description="Compare two records files of the same pairs (matched by pair_id): the "
-        "mean difference in actionable errors per pair (B minus A), per significance tier "
-        "and in total, with a 95% paired bootstrap interval resampling studies and a "
-        "two-sided permutation p-value (sign flips by study). Pairs held by one run only, "
-        "failed in either run, or with a different reference are dropped and counted.",
-    )
-    p.add_argument("a", metavar="A.jsonl", help="records of system A (the baseline)")
-    p.add_argument("b", metavar="B.jsonl", help="records of system B")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--resamples", type=int, default=N_RESAMPLES,
-                   help=f"bootstrap resamples (default {N_RESAMPLES})")
-    p.add_argument("--permutations", type=int, default=N_PERMUTATIONS,
-                   help=f"random sign-flip draws when exact enumeration is too large "
-                   f"(default {N_PERMUTATIONS})")
-    p.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
-    p.set_defaults(func=cmd_compare)

@@ -1,4 +1,4 @@
-"""`radmatch-audit install-metric`: put the metric script where evaluate.load("radmatch") finds it.
+"""Put the metric script where evaluate.load("radmatch") finds it (`radmatch-audit install-metric`).
 
 Offline, evaluate 0.4.6 resolves a bare name in its modules cache, under
 `evaluate_modules/metrics/evaluate-metric--radmatch/<64 hex>/radmatch.py` (the newest
@@ -7,11 +7,9 @@ folder wins). The hash is the script's sha256.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -71,34 +69,3 @@ def install_metric(modules_cache: Path | None = None) -> Path:
         handle.write(data)
     os.replace(tmp, target)  # also refreshes the mtime evaluate sorts by
     return target
-
-
-def cmd_install_metric(args: argparse.Namespace) -> int:
-    try:
-        target = install_metric(Path(args.modules_cache) if args.modules_cache else None)
-    except (OSError, ImportError) as exc:
-        print(f"radmatch-audit: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"installed the RadMatch metric at {target}")
-    print("load it with: evaluate.load(\"radmatch\")  (works with HF_EVALUATE_OFFLINE=1)")
-    return 0
-
-
-def add_install_metric_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `radmatch-audit install-metric` (cli.py's `_extra_commands`)."""
-    p = subparsers.add_parser(
-        "install-metric",
-        help="make evaluate.load(\"radmatch\") work, offline included",
-        description="Copy the RadMatch metric script into the Hugging Face evaluate "
-        "modules cache, so that evaluate.load(\"radmatch\") finds it from any directory, "
-        "with HF_EVALUATE_OFFLINE=1 and without the Hub. Run it again after upgrading "
-        "radmatch. Without it, load the metric with "
-        "evaluate.load(radmatch_audit.metric.script_path()).",
-    )
-    p.add_argument(
-        "--modules-cache",
-        metavar="DIR",
-        help="evaluate's modules cache (default: $HF_MODULES_CACHE, else $HF_HOME/modules, "
-        "else ~/.cache/huggingface/modules)",
-    )
-    p.set_defaults(func=cmd_install_metric)

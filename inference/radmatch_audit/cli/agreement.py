@@ -6,15 +6,14 @@ import argparse
 import json
 import sys
 
+from radmatch_audit.agreement import FORMATS
+from radmatch_audit.cli.common import EXIT_OK, fail
 from radmatch_audit.resampling import N_RESAMPLES, SEED
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
-    from radmatch_audit.agreement import FORMATS, AnnotationError, load_annotations
-    from radmatch_audit.cli import EXIT_OK, fail
+    from radmatch_audit.agreement import AnnotationError, load_annotations
 
-    if args.format not in FORMATS:  # pragma: no cover - argparse checks it
-        return fail(f"--format must be one of {list(FORMATS)}")
     try:
         annotations = load_annotations(args.annotations, args.format)
     except (AnnotationError, OSError) as exc:
@@ -68,7 +67,6 @@ def _is_an_input(path: str, annotations: str) -> bool:
 
 
 def _emit(annotations, path: str) -> int:
-    from radmatch_audit.cli import EXIT_OK, fail
     from radmatch_audit.record_io import open_private
 
     try:
@@ -98,7 +96,7 @@ def add_agreement_parser(sub: argparse._SubParsersAction) -> None:
                    help="records files, one per method (RadMatch, baselines)")
     p.add_argument("--annotations", required=True, metavar="PATH",
                    help="the annotation set: a folder (radpref, rexval) or the CSV (radevalexpert)")
-    p.add_argument("--format", default="radpref", choices=["radpref", "rexval", "radevalexpert"],
+    p.add_argument("--format", default="radpref", choices=list(FORMATS),
                    help="annotation set layout (default radpref)")
     p.add_argument("--emit-pairs", metavar="PAIRS.jsonl",
                    help="write the set's pairs (pair_id, study_id, reference, candidate, ...) "

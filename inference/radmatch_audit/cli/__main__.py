@@ -1,0 +1,5 @@
+import sys
+
+from radmatch_audit.cli.app import main
+
+sys.exit(main())

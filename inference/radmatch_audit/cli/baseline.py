@@ -1,0 +1,107 @@
+"""`radmatch-audit baseline`: the paper's single-call baselines (count, enumerate) as records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from radmatch_audit.baselines import METHODS
+from radmatch_audit.cli.common import EXIT_OK, EXIT_SOME_FAILED, fail, output_problem
+from radmatch_audit.cli.judge_options import (
+    add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
+)
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from radmatch_audit.baselines import Baseline, base_record
+    from radmatch_audit.judges.base import JudgeUnavailable
+    from radmatch_audit.record_io import open_private
+    from radmatch_audit.records import Failure, PairInput
+
+    try:
+        config = judge_config(args)
+        jobs, bad = [], []
+        for pair_id, where, item in pair_rows(args):
+            if isinstance(item, PairInput):
+                jobs.append((pair_id, item, where))
+            else:
+                bad.append((pair_id, where, item))
+    except (ValueError, OSError) as exc:
+        return fail(str(exc))
+    ids = [job[0] for job in jobs] + [b[0] for b in bad]
+    if len(set(ids)) != len(ids):
+        return fail(f"{args.input}: pair ids must be unique")
+    if not ids:
+        return fail(f"{args.input} holds no pairs")
+    output = Path(args.output)
+    problem = output_problem(output, args.input)
+    if problem:
+        return fail(problem)
+    note_small_judge(config)
+    try:
+        runner = Baseline(
+            config.build_judge(), args.method, cache_dir=config.answer_cache_dir(),
+            small_model=config.small_model_decoding, retries=config.retries,
+            concurrency=config.resolved_concurrency,
+        )
+    except Exception as exc:  # bad URL, refused endpoint, missing extra
+        return fail(str(exc))
+    done = failed = 0
+    errors_total = 0.0
+    started = time.perf_counter()
+    with runner:
+        try:
+            runner.check()
+        except JudgeUnavailable as exc:  # before OUT is created
+            return fail(str(exc))
+        try:
+            with open_private(output, "w") as out:
+                for pair_id, where, item in bad:  # nothing is lost: a bad row becomes a failed record
+                    record = base_record(pair_id, PairInput(reference="", candidate=""), args.method, where)
+                    record.update({k: v for k, v in item.inputs.items() if v is not None})
+                    failure = Failure(stage="input", cause=f"{where}: {item.message}")
+                    record["failure"], record["error"] = failure.model_dump(), failure.message()
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    failed += 1
+
+                def on_record(record: dict[str, Any]) -> None:
+                    nonlocal done, failed, errors_total
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    out.flush()
+                    if record["errors"] is None:
+                        failed += 1
+                    else:
+                        done += 1
+                        errors_total += record["errors"]
+
+                runner.run(jobs, on_record)
+        except OSError as exc:  # a full disk, a quota: say what failed
+            return fail(f"writing the baseline records to {output} failed "
+                        f"({exc.strerror or type(exc).__name__}); run the command again once it can write")
+    elapsed = time.perf_counter() - started
+    mean = f"{errors_total / done:.2f}" if done else "n/a"
+    print(f"{args.method}: {done} pair(s) scored, {failed} failed, mean errors {mean}, "
+          f"{elapsed:.1f} s ({elapsed / max(1, len(jobs)):.2f} s per pair); records in {output}")
+    return EXIT_SOME_FAILED if failed else EXIT_OK
+
+
+def add_baseline_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "baseline",
+        help="the paper's single-call baselines (count, enumerate) as records",
+        description="Ask the judge, once per pair, for the number of clinically significant "
+        "errors (--method count: a bare integer) or for the list of them (--method enumerate: "
+        "the count is its length), schema-constrained, and write one baseline record per pair "
+        "(docs/agreement.md), which `radmatch-audit agreement` reads beside RadMatch's records. "
+        "Judge options and RADMATCH_* variables are those of `radmatch-audit evaluate`.",
+    )
+    p.add_argument("input", metavar="INPUT", help="pairs: .jsonl, .csv, or a saved `datasets` folder")
+    p.add_argument("--method", required=True, choices=list(METHODS))
+    p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl",
+                   help="baseline records, created owner-only (they hold report text)")
+    add_pairs_arguments(p, "run only the first N rows")
+    add_judge_arguments(p, "judge (as for `radmatch-audit evaluate`)")
+    p.set_defaults(func=cmd_baseline)

@@ -1,0 +1,172 @@
+"""What every command shares: exit codes, the error line, reading a records file, the summary.
+
+Exit codes: 0 all went well; 1 some lines or pairs failed (the rest were processed);
+2 the command could not run (bad arguments, unreadable file, bad configuration, a
+file that is not a records file); 130 interrupted; 141 (128 + SIGPIPE) the reader of
+the output went away (`radmatch-audit ... | head`), which is left quiet.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+from radmatch_audit.corpus import CorpusSummary, format_summary
+from radmatch_audit.record_io import BadLine, loads, same_file
+
+EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE
+WRITE_BUFFER = 1 << 20  # bytes; output records are ~10-20 kB each
+PAIRS_DETAIL = "it looks like input pairs: run `radmatch-audit evaluate` on it first"
+
+
+def fail(message: str) -> int:
+    """Print the command's one error line; returns EXIT_USAGE."""
+    print(f"radmatch-audit: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def report_bad(path: str, bad: list[BadLine]) -> None:
+    for item in bad:
+        print(f"{path}:{item.line_no}: {item.message}", file=sys.stderr)
+    if bad:
+        print(f"{len(bad)} line(s) of {path} could not be processed", file=sys.stderr)
+
+
+def open_input(path: str):
+    try:
+        return open(path, encoding="utf-8")
+    except OSError as exc:
+        raise SystemExit(fail(f"cannot read {path}: {exc.strerror}"))
+
+
+def output_problem(output: Union[str, Path], input_path: str, *, folder: bool = True) -> Optional[str]:
+    """Why `output` cannot be written for `input_path` (its folder is missing, or it is
+    the input itself), or None."""
+    output = Path(output)
+    if folder and not output.parent.is_dir():
+        return f"cannot write {output}: the folder {output.parent} does not exist"
+    if same_file(output, input_path):
+        return (f"the output {output} is the input file {input_path} (the same file, "
+                "maybe under another name or a hard link); name another file")
+    return None
+
+
+def not_records(path: str, detail: str) -> str:
+    return f"{path} is not a records file ({detail})"
+
+
+def _looks_like_pair(raw: str) -> bool:
+    """An input pair row (reference and candidate, no stages, scores or error)."""
+    try:
+        data = loads(raw)
+    except ValueError:
+        return False
+    return (
+        isinstance(data, dict)
+        and "reference" in data
+        and "candidate" in data
+        and not {"stages", "scores", "error"} & data.keys()
+    )
+
+
+def _check_head(handle, path: str) -> tuple[list[str], Optional[str]]:
+    """Read up to the first non-blank line: (lines read, why this is no records file or None)."""
+    head: list[str] = []
+    try:
+        for raw in handle:
+            head.append(raw)
+            if raw.strip():
+                break
+    except UnicodeDecodeError:
+        return head, f"cannot read {path}: it is not UTF-8 text"
+    if not head or not head[-1].strip():
+        return head, f"{path} holds no records"
+    if _looks_like_pair(head[-1]):
+        return head, not_records(path, PAIRS_DETAIL)
+    return head, None
+
+
+def checked_lines(handle, path: str) -> Iterator[str]:
+    """The lines of an open records file, once its first line shows it is one.
+
+    The file is read once (it may be a pipe); a file that holds no records or holds
+    input pairs stops the command (SystemExit with EXIT_USAGE).
+    """
+    head, problem = _check_head(handle, path)
+    if problem:
+        raise SystemExit(fail(problem))
+    return itertools.chain(head, handle)
+
+
+def check_records_file(path: str) -> Optional[str]:
+    """Why `path` cannot be read as a records file (one line), or None.
+
+    A regular file has its first line looked at; a pipe or device is only opened by
+    the command that reads it (reading it here would use it up).
+    """
+    try:
+        if os.path.isdir(path):
+            return f"cannot read {path}: it is a folder"
+        if not os.path.isfile(path):
+            os.stat(path)  # a missing file raises here
+            return None
+        with open(path, encoding="utf-8") as handle:
+            return _check_head(handle, path)[1]
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror}"
+
+
+def _record_like(raw: str) -> bool:
+    """A bad line that is still meant as a record (a newer schema, a missing stage):
+    "" (a line read as a record but not scorable) or an object with stages or a version."""
+    if not raw:
+        return True
+    try:
+        data = loads(raw)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and bool({"schema_version", "stages"} & data.keys())
+
+
+def nothing_but_junk(bad: list[BadLine], summary: CorpusSummary) -> bool:
+    """Lines were read, none is a record and none is even meant as one."""
+    return bool(bad) and not summary.to_dict()["n_pairs"] and not any(
+        _record_like(item.raw) for item in bad
+    )
+
+
+def no_record_read(path: str) -> int:
+    """For a file with lines, none of which is a readable record: the message and exit 2."""
+    return fail(not_records(path, "no line of it could be read as a record"))
+
+
+class JudgedSummary(CorpusSummary):
+    """The corpus summary, plus which judges (backend/model) answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.judges: set[str] = set()
+
+    def add(self, record) -> None:
+        super().add(record)
+        judge = record.judge
+        if judge.backend or judge.model:
+            loaded = judge.loaded_model
+            weights = f" ({loaded})" if loaded and loaded != judge.model else ""
+            self.judges.add(f"{judge.backend or '?'}/{judge.model or '?'}{weights}")
+
+
+def print_summary(summary: CorpusSummary, *, as_json: bool) -> None:
+    data = summary.to_dict()
+    judges = getattr(summary, "judges", None)
+    if judges is not None:
+        data["judges"] = sorted(judges)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(format_summary(data))

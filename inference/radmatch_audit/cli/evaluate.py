@@ -1,0 +1,183 @@
+"""`radmatch-audit evaluate`: pairs in, one audit record per pair out, then the corpus summary.
+
+Order of work, so that a mistake costs nothing: the options, the input file (read
+once through, ids and bad rows only), the output folder, the judge (loaded, then
+checked once), and only then the output file is opened. Records stream: each is
+written and flushed as its pair finishes; `--resume` keeps what an interrupted run
+wrote and evaluates the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Iterator, Optional
+
+from radmatch_audit.cli.common import EXIT_OK, EXIT_SOME_FAILED, fail, output_problem, print_summary
+from radmatch_audit.cli.judge_options import (
+    add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
+)
+from radmatch_audit.corpus import CorpusSummary
+
+SHOWN_PROBLEMS = 20
+
+
+def _scan(args: argparse.Namespace, modality: str) -> tuple[int, int, dict[str, bytes]]:
+    """Read the input once: (rows, bad rows, pair_id -> fingerprint of its row), naming
+    the first bad rows on stderr. `--resume` evaluates again a record whose row changed.
+
+    Raises ValueError for a repeated pair_id: nothing has been written yet.
+    """
+    from radmatch_audit.record_io import pair_fingerprint
+
+    first_seen: dict[str, str] = {}
+    fingerprints: dict[str, bytes] = {}
+    rows = bad = 0
+    for pair_id, where, item in pair_rows(args):
+        if pair_id in first_seen:
+            raise ValueError(
+                f"{args.input}: pair_id {pair_id!r} of {where} already appears at "
+                f"{first_seen[pair_id]}; pair ids must be unique"
+            )
+        first_seen[pair_id] = where
+        rows += 1
+        if _is_pair(item):  # the record's modality is the row's, else the run's
+            fingerprints[pair_id] = pair_fingerprint(
+                item.reference, item.candidate, item.indication, item.modality or modality)
+        else:
+            known = item.inputs
+            fingerprints[pair_id] = pair_fingerprint(
+                known.get("reference"), known.get("candidate"), known.get("indication"),
+                known.get("modality"))
+            bad += 1
+            if bad <= SHOWN_PROBLEMS:
+                print(f"{args.input}: {where}: {item.message}", file=sys.stderr)
+    return rows, bad, fingerprints
+
+
+def _is_pair(item: object) -> bool:
+    from radmatch_audit.records import PairInput
+
+    return isinstance(item, PairInput)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from radmatch_audit.judges.base import JudgeUnavailable
+    from radmatch_audit.pipeline import Evaluator, freeze_setup_heap
+    from radmatch_audit.record_io import RecordsWriteError
+
+    try:
+        config = judge_config(args)
+        rows, bad, fingerprints = _scan(args, config.modality)
+    except (ValueError, OSError) as exc:  # InputError is a ValueError
+        return fail(str(exc))
+    problem = output_problem(args.output, args.input)
+    if problem:
+        return fail(problem)
+    if rows == 0:
+        return fail(f"{args.input} holds no pairs")
+    if bad:
+        print(f"{bad} row(s) of {args.input} cannot be evaluated; each gets a failed record", file=sys.stderr)
+
+    note_small_judge(config)
+    if config.samples > 1 and config.temperature == 0:
+        print(f"note: {config.samples} samples at temperature 0 are greedy and repeat one "
+              "another; pass --temperature (e.g. 0.7) to measure stability", file=sys.stderr)
+    try:
+        evaluator = Evaluator.from_config(config)
+    except Exception as exc:  # bad URL, refused endpoint, missing extra: tell the user the fix
+        return fail(str(exc))
+    with evaluator:
+        try:
+            evaluator.check()
+        except JudgeUnavailable as exc:
+            return fail(str(exc))
+        freeze_setup_heap()  # this process is ours: no full GC pass re-scans the setup
+        try:
+            summary = _write_records(args, evaluator, rows, fingerprints)
+        except RecordsWriteError as exc:
+            return fail(str(exc))
+    print_summary(summary, as_json=args.json)
+    failed = summary.to_dict()["n_failed"]
+    if failed:
+        print(f"{failed} pair(s) failed; their records carry the reason", file=sys.stderr)
+    return EXIT_SOME_FAILED if failed else EXIT_OK
+
+
+def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints: dict[str, bytes]) -> CorpusSummary:
+    from radmatch_audit.progress import progress_bar
+    from radmatch_audit.record_io import BadLine, RecordWriter, iter_lines
+    from radmatch_audit.records import failed_input
+
+    summary = CorpusSummary(streaming=True)
+    with RecordWriter(args.output, resume=args.resume, inputs=fingerprints) as writer:
+        resumed = writer.resumed
+        if writer.done:
+            print(f"resuming: {len(writer.done)} pair(s) of {args.output} are done", file=sys.stderr)
+        if resumed.changed:
+            print(f"resuming: {resumed.changed} record(s) of {args.output} do not match their "
+                  "input row (reference, candidate, indication or modality changed); "
+                  "those pairs are evaluated again", file=sys.stderr)
+        if resumed.not_in_input:
+            print(f"resuming: {len(resumed.not_in_input)} record(s) of {args.output} are of "
+                  f"pairs not in {args.input}; they stay in the file but are not counted "
+                  "in this summary", file=sys.stderr)
+        progress = progress_bar(rows - len(writer.done), quiet=args.quiet)
+
+        def on_record(record) -> None:
+            writer.write(record)
+            summary.add(record)
+            progress.update(1)
+            progress.set_postfix(pairs_per_s=f"{evaluator.stats.pairs_per_s:.3g}", failed=evaluator.stats.failed)
+
+        def jobs() -> Iterator[tuple[str, object, Optional[str]]]:
+            for pair_id, where, item in pair_rows(args):
+                if pair_id in writer.done:
+                    continue
+                if _is_pair(item):
+                    yield pair_id, item, where
+                else:  # nothing is lost: a bad row becomes a failed record
+                    on_record(failed_input(pair_id, f"{where}: {item.message}", source=where, **item.inputs))
+
+        try:
+            evaluator.run(jobs(), on_record=on_record)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; records so far are in {args.output}: add --resume to go on",
+                  file=sys.stderr)
+            raise
+        finally:
+            progress.close()
+    if writer.done:  # the summary covers the input's pairs in the file, resumed ones included
+        summary = CorpusSummary(streaming=True)
+        for _, record in iter_lines(args.output):
+            if not isinstance(record, BadLine) and record.pair_id in fingerprints:
+                summary.add(record)
+    return summary
+
+
+def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="score candidate reports against references with the judge",
+        description="Run the judge pipeline over pairs from JSONL, CSV or a `datasets` "
+        "dataset saved on disk, write one audit record per pair to OUT as it goes, then "
+        "print the corpus summary. Without a judge server the embedded CPU judge runs "
+        "(pipeline check only). Every option also has a RADMATCH_* environment variable.",
+    )
+    p.add_argument("input", metavar="INPUT", help="pairs: .jsonl, .csv, or a folder from Dataset.save_to_disk")
+    p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl",
+                   help="records file, created owner-only (it holds report text)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the complete records already in OUT and evaluate only the rest "
+                   "(pairs whose judge failed, or whose input row changed, are evaluated "
+                   "again; records of pairs no longer in INPUT stay but are not counted)")
+    add_pairs_arguments(p, "evaluate only the first N rows")
+    j = add_judge_arguments(p, "judge (defaults from RADMATCH_* variables)")
+    j.add_argument("--modality", help="few-shot set: chest_xray (default), chest_ct, "
+                   "abdomen_pelvis_ct, head_ct, brain_mri")
+    j.add_argument("--samples", type=int, metavar="K",
+                   help="run the stages K times per pair and store every sample, to see how "
+                   "stable a score is (default 1; use with --temperature above 0)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_evaluate)

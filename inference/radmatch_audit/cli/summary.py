@@ -1,0 +1,48 @@
+"""`radmatch-audit summary`: the corpus summary of a records file."""
+
+from __future__ import annotations
+
+import argparse
+
+from radmatch_audit.cli.common import (
+    EXIT_OK, EXIT_SOME_FAILED, JudgedSummary, checked_lines, fail, no_record_read, nothing_but_junk,
+    open_input, print_summary, report_bad,
+)
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from radmatch_audit.record_io import BadLine, iter_lines
+    from radmatch_audit.recompute import ensure_scored
+
+    summary = JudgedSummary()
+    bad: list[BadLine] = []
+    with open_input(args.input) as src:
+        try:
+            for line_no, item in iter_lines(checked_lines(src, args.input)):
+                if not isinstance(item, BadLine):
+                    try:
+                        summary.add(ensure_scored(item))
+                        continue
+                    except ValueError as exc:
+                        item = BadLine(line_no, str(exc), "")
+                bad.append(item)
+        except UnicodeDecodeError:
+            return fail(f"cannot read {args.input}: it is not UTF-8 text")
+    report_bad(args.input, bad)
+    if nothing_but_junk(bad, summary):
+        return no_record_read(args.input)
+    print_summary(summary, as_json=args.json)
+    return EXIT_SOME_FAILED if bad else EXIT_OK
+
+
+def add_summary_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "summary",
+        help="print the corpus summary of a records file",
+        description="Print the corpus summary (pooled safety with 95% Wilson intervals, "
+        "outcome counts, mean actionable errors) of a records file. Stored scores are "
+        "used; a record stored without scores is scored from its stages.",
+    )
+    p.add_argument("input", metavar="IN.jsonl")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_summary)
