@@ -116,8 +116,10 @@ def test_scoring_core_is_pure():
               "openai", "outlines", "torch", "transformers", "requests", "urllib", "logging"}
     package = REPO / "inference" / "radmatch_audit"
     # control_strings: attribution reads a quote of a defanged marker as the report's own
-    # text (docs/judge.md rule 18); it is held to the same purity as the core.
-    for path in [*(package / "scoring").glob("*.py"), package / "control_strings.py"]:
+    # text (docs/judge.md rule 18); records and scores: score_record reads and writes the
+    # record format, which embeds the score types. They are held to the same purity as the core.
+    below = ("control_strings.py", "records.py", "scores.py")
+    for path in [*(package / "scoring").glob("*.py"), *(package / name for name in below)]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names = []
@@ -126,10 +128,11 @@ def test_scoring_core_is_pure():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module.split(".")[0]]
             assert not banned & set(names), f"{path.name} imports {banned & set(names)}"
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("radmatch."):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("radmatch_audit."):
                 # radmatch_audit.thresholds: the clinical threshold table, read once at import
                 allowed = ("radmatch_audit.scoring", "radmatch_audit.schemas", "radmatch_audit.thresholds",
-                           "radmatch_audit.control_strings")
+                           "radmatch_audit.control_strings", "radmatch_audit.records", "radmatch_audit.scores",
+                           "radmatch_audit.vocabulary")
                 assert node.module.startswith(allowed), node.module
 
 
@@ -144,9 +147,10 @@ def test_public_api():
 
     homes = {"CorpusSummary": corpus, "Evaluator": pipeline, "JudgeConfig": config, "PairInput": records,
              "Record": records, "evaluate_pairs": pipeline, "read_records": record_io, "score_pair": scoring,
-             "score_record": recompute, "summarize": corpus}
+             "score_record": scoring, "summarize": corpus}
     for name in radmatch_audit.__all__:  # each public name is the object its module defines
         assert getattr(radmatch_audit, name) is getattr(homes[name], name), name
+    assert recompute.score_record is scoring.score_record  # its former home re-exports it
     heavy = subprocess.run([sys.executable, "-c", "import sys, radmatch_audit; print(sorted(m for m in "
                             "('torch','transformers','outlines','openai') if m in sys.modules))"],
                            capture_output=True, text=True, timeout=60)

@@ -12,8 +12,7 @@ from radmatch_audit.corpus import CorpusSummary, summarize
 from radmatch_audit.pipeline import Evaluator, evaluate_pairs
 from radmatch_audit.record_io import read_records
 from radmatch_audit.records import PairInput, Record
-from radmatch_audit.recompute import score_record
-from radmatch_audit.scoring import score_pair
+from radmatch_audit.scoring import score_pair, score_record
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,9 @@ from typing import Any, Callable, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer
-from radmatch_audit.scoring.results import Scores
+# the score types sit below both this record format and the scoring core (which reads and
+# writes records in scoring.record): the record embeds scores, it does not depend on scoring
+from radmatch_audit.scores import Scores
 from radmatch_audit.vocabulary import STAGES, check_modality
 
 SCHEMA_VERSION = 3

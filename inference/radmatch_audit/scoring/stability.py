@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Optional
 
 from radmatch_audit.records import Record, Stability, Stages, UnitVote
-from radmatch_audit.scoring.results import Scores
+from radmatch_audit.scores import Scores
 
 
 def _normal(text: str) -> str:
