@@ -23,6 +23,7 @@ from typing import Any, Hashable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from radmatch_audit.reading import last_by_pair
 from radmatch_audit.records import Record
 from radmatch_audit.resampling import N_RESAMPLES, SEED, group_by_study, resample_studies
 from radmatch_audit.scoring.results import ACTIONABLE_TIERS, ERROR_OUTCOMES, SIGNIFICANCE_TIERS
@@ -64,17 +65,9 @@ def _scored(record: Record) -> bool:
     return record.error is None and record.scores is not None
 
 
-def _last_by_pair(records: Iterable[Record]) -> dict[str, Record]:
-    latest: dict[str, Record] = {}
-    for record in records:
-        latest.pop(record.pair_id, None)  # the last record of a pair counts, in its place
-        latest[record.pair_id] = record
-    return latest
-
-
 def paired(records_a: Iterable[Record], records_b: Iterable[Record]):
     """(pairs both runs scored as (a, b) in A's order, dropped counts by reason)."""
-    a, b = _last_by_pair(records_a), _last_by_pair(records_b)
+    a, b = last_by_pair(records_a), last_by_pair(records_b)  # the last record of a pair counts
     dropped = dict.fromkeys(DROP_REASONS, 0)
     dropped["only_in_a"] = sum(1 for pid in a if pid not in b)
     dropped["only_in_b"] = sum(1 for pid in b if pid not in a)

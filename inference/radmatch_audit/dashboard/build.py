@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from radmatch_audit.record_io import BadLine, iter_lines
+from radmatch_audit.reading import RecordsRead, read_file
 from radmatch_audit.records import Record
 from radmatch_audit.scoring.results import SUBSETS, as_dict, vocabularies
 from radmatch_audit.scoring.score import (
@@ -72,18 +72,19 @@ def build_dashboard(
     """
     from radmatch_audit.corpus import summarize  # the corpus aggregation owns the numbers
 
-    records, bad = _read(records_path)
-    summary = summarize(records).to_dict()
-    latest = _last_by_pair(records)
+    read = read_file(records_path)  # a bad line is skipped and listed, as `summary` does
+    bad = _bad_lines(read)
+    summary = summarize(read.records).to_dict()
+    latest = read.latest()
     pairs = [pair_view(r) for r in latest]
 
     compare = None
     compare_summary = None
     if compare_path is not None:
-        other, bad_b = _read(compare_path)
-        bad += [f"{Path(compare_path).name}: {line}" for line in bad_b]
-        compare_summary = summarize(other).to_dict()
-        other_latest = _last_by_pair(other)
+        other = read_file(compare_path)
+        bad += [f"{Path(compare_path).name}: {line}" for line in _bad_lines(other)]
+        compare_summary = summarize(other.records).to_dict()
+        other_latest = other.latest()
         compare = _compare_block(pairs, other_latest, compare_summary)
         compare["label_a"], compare["label_b"] = _labels(records_path, compare_path)
         compare["judges_b"] = judges_of(other_latest)
@@ -340,33 +341,8 @@ def _sha256(text: str) -> str:
 _normalised_with_positions = lru_cache(maxsize=8)(normalise_with_positions)
 
 
-def _read(path: PathLike) -> tuple[list[Record], list[str]]:
-    """Records of a JSONL file, and one message per line that could not be read.
-
-    Like `radmatch-audit summary`, a bad line is skipped and reported, not fatal.
-    """
-    from radmatch_audit.recompute import ensure_scored
-
-    records: list[Record] = []
-    bad: list[str] = []
-    for line_no, item in iter_lines(path):
-        if not isinstance(item, BadLine):
-            try:  # a record stored without scores is scored from its stages, as in summary
-                records.append(ensure_scored(item))
-                continue
-            except ValueError as exc:
-                item = BadLine(line_no, str(exc), "")
-        bad.append(f"line {line_no} skipped: {item.message}")
-    return records, bad
-
-
-def _last_by_pair(records: list[Record]) -> list[Record]:
-    """One record per pair_id, the last one (as the corpus summary counts them)."""
-    latest: dict[str, Record] = {}
-    for record in records:
-        latest.pop(record.pair_id, None)
-        latest[record.pair_id] = record
-    return list(latest.values())
+def _bad_lines(read: RecordsRead) -> list[str]:
+    return [f"line {item.line_no} skipped: {item.message}" for item in read.bad]
 
 
 def _ordered_units(units: list[Any], gt: list[Any], pred: list[Any]) -> list[dict[str, Any]]:
