@@ -37,6 +37,8 @@ from typing import Any
 
 from radmatch_audit.config import ENV_VARS, JudgeConfig
 from radmatch_audit.corpus import summarize
+from radmatch_audit.extras import require_local_judge
+from radmatch_audit.judge_notice import judge_identity, warn_not_clinical
 from radmatch_audit.metric_install import script_path  # noqa: F401  (documented: radmatch_audit.metric.script_path())
 from radmatch_audit.pipeline import Evaluator
 from radmatch_audit.record_io import RecordWriter
@@ -126,6 +128,8 @@ class MetricScorer:
         env = os.environ if env is None else env
         renamed = {_RENAMED.get(k, k): v for k, v in options.items()}
         self.config = JudgeConfig.from_env(env, **renamed)  # fails at load, not mid-epoch
+        if judge is None and self.config.is_small_local_model:
+            require_local_judge()  # `[metric]` alone has no torch: one line, at load
         self.records_path = records_path or env.get(RECORDS_PATH_ENV) or None
         if progress is None:
             progress = _flag(env.get(PROGRESS_ENV, "1"), PROGRESS_ENV)
@@ -157,6 +161,11 @@ class MetricScorer:
                 self._evaluator = Evaluator.from_config(self.config, judge=self._judge)
             return self._evaluator
 
+    @property
+    def judge_info(self) -> dict[str, Any]:
+        """Which judge scores: backend, model, servers (host:port), embedded_small_judge."""
+        return judge_identity(self.evaluator.judge)
+
     def evaluate(self, pairs: list[PairInput], *, progress: bool = False) -> tuple[list[Record], int]:
         """Records in input order and the number of judge calls this run made.
 
@@ -182,6 +191,7 @@ class MetricScorer:
             bar.close()
             if writer is not None:
                 writer.close()
+        warn_not_clinical(self.judge_info, stacklevel=3)  # once per process
         failed = sum(r.error is not None for r in records)
         if failed:  # counts only: report text and judge answers never reach the log
             log.warning("%d of %d pair(s) failed; their actionable_errors are None", failed, len(records))
@@ -199,7 +209,7 @@ class MetricScorer:
         pairs = make_pairs(predictions, references, **extras)
         show = self.progress if progress is None else _flag(progress, "progress")
         records, judge_calls = self.evaluate(pairs, progress=show)
-        return metric_output(records, judge_calls=judge_calls)
+        return metric_output(records, judge_calls=judge_calls, judge=self.judge_info)
 
 
 def batch_extras(n: int, extras: dict[str, Any]) -> dict[str, list[str]]:
@@ -314,8 +324,11 @@ def make_pairs(
     ]
 
 
-def metric_output(records: list[Record], *, judge_calls: int | None = None) -> dict[str, Any]:
-    """compute()'s result: flat corpus scalars for loggers, per-pair lists, the summary.
+def metric_output(
+    records: list[Record], *, judge_calls: int | None = None, judge: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """compute()'s result: flat corpus scalars for loggers, per-pair lists, the summary,
+    and `judge`: which judge scored (judge_notice.judge_identity).
 
     `actionable_errors[i]` is None when pair i failed: a failure is never 0 errors.
     """
@@ -337,4 +350,6 @@ def metric_output(records: list[Record], *, judge_calls: int | None = None) -> d
     }
     if judge_calls is not None:
         output["judge_calls"] = judge_calls
+    if judge is not None:
+        output["judge"] = judge
     return output

@@ -19,8 +19,10 @@ judge errored, or the completion does not fit the judge's context) gets ``failed
 judge fail, and never an exception in the trainer. ``failed_reward=None`` returns None
 for it instead: TRL then skips the sample. When every completion of a group fails (say
 the judge server is down), the group has no spread and GRPO learns nothing from it.
-Failures are logged as counts only, and reported through TRL's ``log_metric`` when the
-trainer passes it (``radmatch/failed``, ``radmatch/failed_fraction``,
+The judge that scores is ``reward_fn.judge`` (backend, model, servers by host:port); with
+the embedded small judge the first call of the process warns (``NotClinicalWarning``)
+that the rewards are not clinical. Failures are logged as counts only, and reported
+through TRL's ``log_metric`` when the trainer passes it (``radmatch/failed``, ``radmatch/failed_fraction``,
 ``radmatch/mean_actionable_errors``).
 """
 
@@ -133,6 +135,12 @@ class RadMatchReward:
         self.scorer = scorer or MetricScorer(**options)
         self.__name__ = "radmatch_reward"  # TRL logs each reward function by its __name__
         self.last_records: list[Record] = []
+
+    @property
+    def judge(self) -> dict[str, Any]:
+        """Which judge gives the rewards: backend, model, servers (host:port), and
+        embedded_small_judge (then the rewards are not clinical; the first call warns)."""
+        return self.scorer.judge_info
 
     def __call__(
         self,
