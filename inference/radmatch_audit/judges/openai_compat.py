@@ -285,6 +285,8 @@ class OpenAICompatibleJudge:
             raise JudgeUnavailable(f"{where} refused the API key (HTTP {status}); {KEY_HINT}")
         if 300 <= status < 400:
             raise JudgeUnavailable(f"{where}: {_redirect_message(status, location)}")
+        if status == 404 and not self.base_url.endswith("/v1"):
+            await self._refuse_a_missing_v1(where)
         if status != 200:
             return  # some compatible servers list no models; the first call will tell
         try:
@@ -297,6 +299,26 @@ class OpenAICompatibleJudge:
         self._learn_identity(listed[served.index(self.model)])
         if self.max_model_len and self.backend == "vllm":
             await self._calibrate()
+
+    async def _refuse_a_missing_v1(self, where: str) -> None:
+        """After a 404 for /models: when the server answers at `base_url`/v1 (vLLM serves
+        the OpenAI API only there), every call would 404 too, so refuse, naming the URL."""
+        import aiohttp
+
+        suggested = self.base_url + "/v1"
+        try:
+            async with self._client().get(
+                suggested + "/models", headers=self._headers, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=min(self.timeout_s, 10.0)),
+            ) as response:
+                serves_v1 = response.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            serves_v1 = False
+        if serves_v1:
+            raise JudgeUnavailable(
+                f"{where} answered HTTP 404 for /models but serves the OpenAI API under /v1: "
+                f"pass --base-url {suggested} (an OpenAI-compatible base URL ends in /v1)"
+            )
 
     async def _calibrate(self) -> None:
         """Measure the server's characters per token on the extraction prompt (vLLM's

@@ -20,6 +20,7 @@ keep-alive like vLLM. Every request is recorded in `.requests`. Misbehaviour:
   `max_model_len`; with `max_model_len`, a chat request whose prompt (characters/4) and
   max_tokens exceed it gets vLLM's HTTP 400, and POST /tokenize counts a request's
   messages the same way (vLLM serves it beside /v1). `redirect`: every request gets a 307 there.
+  `v1_only`: the OpenAI routes answer under /v1 only, as vLLM's do (elsewhere a 404).
 * `always_fail_rate`: a request whose messages hash falls in that fraction gets a 500 on
   every attempt. `fault_rate` with `seed`: each attempt draws from `fault_kinds` by a
   hash of (seed, messages, attempt number), so the draw ignores thread order.
@@ -159,9 +160,14 @@ class _Handler(BaseHTTPRequestHandler):
             "path": self.path, "body": body, "authorization": self.headers.get("Authorization"),
             "arrived": arrived, "client_port": self.client_address[1], "fault": None}, digest)
 
+    def _openai_route(self, path: str, route: str) -> bool:
+        """True when `path` is the OpenAI route (e.g. "/models"): under /v1 with `v1_only`."""
+        path = path.split("?")[0].rstrip("/")
+        return path == "/v1" + route if self.server.fake.v1_only else path.endswith(route)
+
     def _refusal(self, body: Any) -> Optional[tuple[int, str]]:
         """Why this POST is not a chat request the server can serve (status, message)."""
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        if not self._openai_route(self.path, "/chat/completions"):
             return 404, "not found"
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return 400, "the body must be JSON with messages"
@@ -174,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"")
         elif fake.redirect:
             self._send(307, b"", headers={"Location": fake.redirect})
-        elif path.endswith("/models"):
+        elif self._openai_route(path, "/models"):
             entry: dict[str, Any] = {"id": fake.model, "object": "model"}
             if fake.root:
                 entry["root"] = fake.root
@@ -288,8 +294,9 @@ class StubServer:
                  retry_after: Optional[float] = 1.0, hang_s: float = 60.0,
                  latency_s: Latency = 0.0, capacity: Optional[int] = None,
                  host: str = "127.0.0.1", port: int = 0, root: Optional[str] = None,
-                 max_model_len: Optional[int] = None, redirect: Optional[str] = None) -> None:
-        self.api_key, self.model = api_key, model
+                 max_model_len: Optional[int] = None, redirect: Optional[str] = None,
+                 v1_only: bool = False) -> None:
+        self.api_key, self.model, self.v1_only = api_key, model, v1_only
         self.root, self.max_model_len, self.redirect = root, max_model_len, redirect
         self.retry_after, self.hang_s = retry_after, hang_s
         self.chooser = FaultChooser(
