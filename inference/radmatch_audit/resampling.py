@@ -7,8 +7,8 @@ the same records always give the same interval.
 >>> clusters = group_by_study(["s1", "s1", "s2", "s3"])
 >>> clusters
 [[0, 1], [2], [3]]
->>> low, high = study_bootstrap(clusters, lambda idx: float(len(idx)), n_resamples=200)
->>> low >= 3 and high <= 6
+>>> low, high = mean_interval([1.0, 1.0, 0.0, 2.0], ["s1", "s1", "s2", "s3"], n_resamples=200)
+>>> 0 <= low <= high <= 2
 True
 >>> [round(x, 3) for x in wilson_interval(8, 10)]
 [0.49, 0.943]
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Callable, Hashable, Optional, Sequence
+from typing import Hashable, Optional, Sequence
 
 import numpy as np
 
@@ -45,23 +45,6 @@ def resample_studies(
         yield np.concatenate([arrays[k] for k in picks])
 
 
-def study_bootstrap(
-    clusters: Sequence[Sequence[int]],
-    statistic: Callable[[np.ndarray], float],
-    confidence: float = 0.95,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
-) -> tuple[float, float]:
-    """Percentile interval of `statistic(indices)` over study resamples (nan-valued draws dropped).
-
-    Returns (nan, nan) when there are no studies or every draw is nan.
-    """
-    if not clusters:
-        return (math.nan, math.nan)
-    draws = np.array([statistic(idx) for idx in resample_studies(clusters, n_resamples, seed)])
-    return percentile_interval(draws, confidence)
-
-
 def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
     """The percentile interval of the non-nan draws ((nan, nan) when there is none)."""
     draws = draws[~np.isnan(draws)]
@@ -78,7 +61,7 @@ def mean_interval(
 ) -> tuple[float, float]:
     """Interval of the mean of `values`, resampling studies (a study's pairs stay together).
 
-    The same draws as `study_bootstrap` with the mean as statistic, computed from each
+    The draws of `resample_studies` with the mean as statistic, computed from each
     study's sum and count in blocks of draws: 20,000 pairs take milliseconds, not seconds.
     """
     if len(values) != len(study_ids):
