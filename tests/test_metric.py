@@ -489,41 +489,4 @@ def test_second_epoch_with_the_real_model_extracts_only_new_candidates(shared_an
     assert second["records"][0]["usage"]["cached_calls"] >= 1
 
 
-# ---------------------------------------------------------------------------- docs
-
-DOCS = REPO / "docs" / "metric.md"
-
-
-def docs_python_blocks() -> list[str]:
-    import re
-
-    return re.findall(r"^```python\n(.*?)^```", DOCS.read_text(encoding="utf-8"), re.DOTALL | re.MULTILINE)
-
-
-def run_docs(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`radmatch-audit install-metric`, then every python block of docs/metric.md in one
-    session, from a directory outside the checkout."""
-    install_via_cli(tmp_path, env)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir(exist_ok=True)
-    blocks = docs_python_blocks()
-    assert len(blocks) >= 4
-    return run_python(*blocks, cwd=elsewhere, env=env)
-
-
-def test_docs_examples_run_with_an_unreachable_judge(tmp_path):
-    """The examples run as written; with no reachable judge every pair is failed (None)."""
-    env = offline_env(tmp_path, RADMATCH_BASE_URL=CLOSED_URL, RADMATCH_RETRIES="1", RADMATCH_CACHE="0")
-    out = run_docs(tmp_path, env).stdout
-    assert "[None, None]" in out  # the datasets example: both pairs failed, not 0
-    assert "epoch 1: mean actionable errors None, failed 1" in out
-    assert "[0.0, 0.0]" in out  # the reward example: the documented failed reward
-
-
-@pytest.mark.slow
-def test_docs_examples_run_with_the_real_model(tmp_path, shared_answer_cache):
-    env = offline_env(tmp_path, RADMATCH_JUDGE_CACHE_DIR=str(shared_answer_cache))
-    out = run_docs(tmp_path, env).stdout
-    assert "failed 0" in out and "None" not in out.split("epoch 0")[1]
-    rewards = json.loads(out.strip().splitlines()[-1])
-    assert len(rewards) == 2 and all(0.0 < r <= 1.0 for r in rewards)
+# docs/metric.md's blocks run in tests/test_docs_blocks.py (every document's blocks, one runner).
