@@ -63,28 +63,6 @@ def test_answer_cache_round_trip_is_owner_only_and_discardable(tmp_path):
     cache.close()
 
 
-def test_answer_cache_reads_the_one_file_per_answer_layout(tmp_path):
-    key = cache_key(model="m", pair_message="old")
-    legacy = tmp_path / "answers" / key[:2] / f"{key}.json"
-    legacy.parent.mkdir(parents=True)
-    legacy.write_text('{"text": "{\\"a\\": 1}", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}')
-    cache = AnswerCache(tmp_path / "answers")
-    assert cache.get(key)["usage"]["prompt_tokens"] == 3
-    cache.discard(key)
-    assert not legacy.exists() and AnswerCache(tmp_path / "answers").get(key) is None
-
-
-def test_a_miss_looks_for_no_old_layout_file_when_there_is_none(tmp_path, monkeypatch):
-    cache = AnswerCache(tmp_path / "answers")
-    cache.put("k", {"text": "{}"})
-
-    def looked(self, key):
-        raise AssertionError("a miss looked up an old-layout file")
-
-    monkeypatch.setattr(AnswerCache, "_legacy_path", looked)
-    assert AnswerCache(tmp_path / "answers").get("other") is None
-
-
 def test_a_broken_answer_store_is_turned_off_not_fatal(tmp_path, caplog):
     (tmp_path / "answers").mkdir()
     (tmp_path / "answers" / "answers.sqlite3").write_bytes(b"this is not a database" * 100)

@@ -7,8 +7,7 @@ shared by many candidates is extracted once even when its calls overlap in time.
 
 The store is one SQLite file (`answers.sqlite3`, WAL mode): an answer costs one
 small insert instead of a file of its own, a 100,000-report audit leaves one file, not
-350,000, and several processes can share it. Entries of the older one-file-per-answer
-layout are still read. The store holds judge answers, which are derived from report
+350,000, and several processes can share it. The store holds judge answers, which are derived from report
 text: it lives on the user's machine (default ~/.cache/radmatch/judge, owner-only) and
 can be moved or turned off.
 """
@@ -53,7 +52,6 @@ class AnswerCache:
         self._inflight: dict[str, asyncio.Future] = {}
         self._db: Optional[sqlite3.Connection] = None
         self._broken = False
-        self._legacy: Optional[bool] = None  # does the directory hold old-layout entries?
         self._db_lock = threading.Lock()  # a connection is used by one thread at a time
 
     def _store(self) -> sqlite3.Connection:
@@ -101,23 +99,6 @@ class AnswerCache:
         while len(self._memo) > self.memo_entries:
             self._memo.popitem(last=False)
 
-    def _legacy_path(self, key: str) -> Path:
-        """Where the one-file-per-answer layout (before the SQLite store) kept `key`."""
-        assert self.directory is not None
-        return self.directory / key[:2] / f"{key}.json"
-
-    def _has_legacy(self) -> bool:
-        """Whether old-layout entries exist (looked up once): a miss then costs no file lookup."""
-        if self._legacy is None:
-            assert self.directory is not None
-            try:
-                self._legacy = any(
-                    len(p.name) == 2 and p.is_dir() for p in self.directory.iterdir()
-                )
-            except OSError:
-                self._legacy = False
-        return self._legacy
-
     def get(self, key: str) -> Optional[dict[str, Any]]:
         if key in self._memo:
             self._memo.move_to_end(key)
@@ -125,14 +106,11 @@ class AnswerCache:
         if self.directory is None:
             return None
         row = self._execute("SELECT entry FROM answers WHERE key = ?", (key,))
+        if row is None:
+            return None
         try:
-            if row is not None:
-                entry = json.loads(row[0])
-            elif self._has_legacy():
-                entry = json.loads(self._legacy_path(key).read_text(encoding="utf-8"))
-            else:
-                return None
-        except (OSError, ValueError):
+            entry = json.loads(row[0])
+        except ValueError:
             return None
         self._remember(key, entry)
         return entry
@@ -148,8 +126,6 @@ class AnswerCache:
         self._memo.pop(key, None)
         if self.directory is not None:
             self._execute("DELETE FROM answers WHERE key = ?", (key,))
-            if self._has_legacy():
-                self._legacy_path(key).unlink(missing_ok=True)
 
     async def shared(
         self, key: str, compute: Callable[[], Awaitable[dict[str, Any]]]
