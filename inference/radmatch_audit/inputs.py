@@ -2,7 +2,9 @@
 
 Column names are configurable; defaults: reference, candidate, indication, study_id,
 modality, pair_id. A file that cannot hold pairs at all (unreadable, a CSV or dataset
-without the reference or candidate column) raises `InputError` before anything runs.
+without the reference or candidate column, JSON lines none of whose first rows has one,
+CSV content in a JSON lines file) raises `InputError` at the first row, and
+`check_input` raises it before anything is loaded.
 A row that cannot become a pair (bad JSON, bad UTF-8, a missing or non-text value) is
 yielded as a `RowProblem` naming the row, with the row's own pair_id when it has one,
 so that the run goes on and the row still gets a record.
@@ -29,6 +31,8 @@ DEFAULT_COLUMNS = {
     "pair_id": "pair_id",
 }
 REQUIRED = ("reference", "candidate")
+# JSON lines read ahead for the whole-file checks: the columns, and CSV under a .jsonl name
+HEAD_LINES = 20
 
 
 class InputError(ValueError):
@@ -115,7 +119,59 @@ def read_pairs(
         yield from _read_jsonl(path, cols)
 
 
+def check_input(
+    source: Union[str, Path], *, columns: Optional[dict[str, str]] = None, split: Optional[str] = None
+) -> None:
+    """Raise InputError when the file as a whole cannot hold pairs (missing, wrong
+    columns, CSV in a .jsonl): call it before loading a judge. Reads only the start."""
+    next(iter(read_pairs(source, columns=columns, split=split)), None)
+
+
+def _check_jsonl_head(path: Path, cols: dict[str, str]) -> None:
+    """Refuse a JSON lines file whose first lines are CSV, or whose first objects have
+    none of them the reference or candidate column: every row would fail alike."""
+    head: list[str] = []
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                head.append(raw.decode("utf-8", errors="replace").strip())
+            if len(head) >= HEAD_LINES:
+                break
+    objects = []
+    for line in head:
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(row, dict):
+            objects.append(row)
+    if not objects:
+        header = _csv_header(head)
+        if header:  # column names are shown; a first line of report text is not
+            shown = ", ".join(map(repr, header)) if all(map(_COLUMN_NAME.match, header)) else None
+            raise InputError(
+                f"{path} looks like CSV, not JSON lines: its first line has {len(header)} "
+                f"comma-separated fields{f' ({shown})' if shown else ''} and none of its first "
+                f"lines is a JSON object; name it .csv to read it as CSV"
+            )
+        return
+    keys = list(dict.fromkeys(key for row in objects for key in row))
+    _require_columns(path, keys, cols, where=f" in its first {len(objects)} JSON lines")
+
+
+_COLUMN_NAME = re.compile(r"[A-Za-z_][\w.-]{0,39}$")
+
+
+def _csv_header(lines: list[str]) -> Optional[list[str]]:
+    """The first line's fields when it reads as a CSV header (two or more named fields)."""
+    if not lines or lines[0][:1] in "{[":
+        return None
+    header = next(csv.reader(lines[:1]))
+    return header if len(header) >= 2 and all(field.strip() for field in header) else None
+
+
 def _read_jsonl(path: Path, cols: dict[str, str]) -> Iterator[tuple[str, Union[PairInput, RowProblem]]]:
+    _check_jsonl_head(path, cols)
     with open(path, "rb") as handle:
         for i, raw in enumerate(handle, 1):
             if not raw.strip():
@@ -152,13 +208,13 @@ def _read_csv(path: Path, cols: dict[str, str]) -> Iterator[tuple[str, Union[Pai
             ) from None
 
 
-def _require_columns(path: Path, present: list[str], cols: dict[str, str]) -> None:
+def _require_columns(path: Path, present: list[str], cols: dict[str, str], where: str = "") -> None:
     missing = [cols[name] for name in REQUIRED if cols[name] not in present]
     if missing:
-        flags = ", ".join(f"--{name}-column" for name in REQUIRED if cols[name] in missing)
+        flags = " and ".join(f"--{name}-column NAME" for name in REQUIRED if cols[name] in missing)
         raise InputError(
-            f"{path} has no column {', '.join(repr(m) for m in missing)} (its columns: "
-            f"{present}); name the right ones with {flags}"
+            f"{path} has no column {', '.join(repr(m) for m in missing)} (columns found{where}: "
+            f"{', '.join(map(repr, present)) or 'none'}); name the right ones with {flags}"
         )
 
 
