@@ -31,7 +31,7 @@ Answer tokens (--answer-tokens [--records FILE]): the decode cost of each stage'
 answer, counted without a judge: completion tokens per answer and per pair (two
 extractions, one matching, one grading) as the judge wrote answers before 2026-12-02
 (every field, `", "` and `": "` between tokens) and as the exemplars now teach it
-(prompting.compact_answer: defaults left out, no whitespace), on the exemplars' answers
+(stages.compact_answer: defaults left out, no whitespace), on the exemplars' answers
 and on the answers stored in a records file. Under grammar-constrained decoding every
 token of an answer, structure included, is a decode step.
 
@@ -419,8 +419,7 @@ def _authored_answers(path: str) -> dict[str, list[dict[str, Any]]]:
 
 def answer_tokens(records_path: Optional[str], answers_path: Optional[str] = None) -> dict[str, Any]:
     """Completion tokens per answer and per pair, before and after the compact rendering."""
-    from radmatch_audit.prompting import compact_answer
-    from radmatch_audit.prompts import MODALITIES, load_exemplars
+    from radmatch_audit.stages import MODALITIES, compact_answer, load_exemplars
     from radmatch_audit.record_io import read_records
 
     counted_by, count = token_counter()

@@ -248,20 +248,18 @@ class AnswerKit:
         inference = REPO / "inference"
         if (inference / "radmatch_audit").is_dir() and str(inference) not in sys.path:
             sys.path.insert(0, str(inference))  # this repository's radmatch, not another install
-        from radmatch_audit.config import SERVER_MAX_TOKENS
         from radmatch_audit.judges.base import JudgeError, estimate_tokens
-        from radmatch_audit.prompting import fit_messages
-        from radmatch_audit.schemas import SERVER_LIMITS, answer_models, validation_models
+        from radmatch_audit.stages import pair_stages
 
-        served = answer_models(SERVER_LIMITS)
+        stages = pair_stages()  # a served judge's: SERVER_LIMITS, SERVER_MAX_TOKENS
         # the schema each stage's request carries (Outlines sends the model's JSON schema)
-        self.schemas = {stage: served.for_stage(stage).model_json_schema()
-                        for stage in ("extract", "match", "grade")}
-        self.validator = validation_models(SERVER_LIMITS).extract
-        self.max_tokens = SERVER_MAX_TOKENS["extract"]
+        self.schemas = {name: stage.grammar().model_json_schema() for name, stage in stages.items()}
+        extract = stages["extract"]
+        self.validator = extract.validator()
+        self.max_tokens = extract.max_tokens
         user_input = {"report": SAMPLE_REPORT, "indication": SAMPLE_INDICATION}
 
-        class Budget:  # what fit_messages asks of a judge: its context, a token count
+        class Budget:  # what Prompt.fit asks of a judge: its context, a token count
             def __init__(self, window: int | None) -> None:
                 self.context_window = window
 
@@ -271,8 +269,7 @@ class AnswerKit:
             """The prompt with as many exemplars as the server's context holds, as the
             client builds it."""
             try:
-                return fit_messages(Budget(window), "extract", "chest_xray", user_input,
-                                    self.max_tokens)[0]
+                return extract.prompt("chest_xray").fit(Budget(window), user_input, self.max_tokens)[0]
             except JudgeError as exc:
                 raise ValueError(str(exc)) from None
 

@@ -124,7 +124,7 @@ def test_count_grammar_is_bounded_and_prompts_load():
 
 
 def test_stage_prompts_loader_is_not_confused_by_the_baselines_folder():
-    from radmatch_audit.prompts import load_instructions, prompt_version
+    from radmatch_audit.stages import load_instructions, prompt_version
 
     assert load_instructions("match").startswith("# Stage:")
     assert prompt_version("extract", "chest_xray").startswith("v1-")

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from radmatch_audit.prompting import compact_answer, drop_defaults, finding_view, static_prefix
-from radmatch_audit.prompts import MODALITIES, load_exemplars
+from radmatch_audit.stages import MODALITIES, compact_answer, drop_defaults, finding_view, load_exemplars, stage_prompt
 from radmatch_audit.schemas import ANSWER_MODELS, Finding, own_quote
 
 CELLS = [(m, s) for m in MODALITIES for s in ("extract", "match", "grade")]
@@ -44,7 +43,7 @@ def test_an_answer_without_evidence_quotes_its_own_text():
 
 @pytest.mark.parametrize("modality,stage", CELLS)
 def test_rendered_exemplar_answers_hold_no_default_and_no_whitespace(modality, stage):
-    answers = [content for role, content in static_prefix(stage, modality) if role == "assistant"]
+    answers = [content for role, content in stage_prompt(stage, modality).turns if role == "assistant"]
     assert answers
     for text in answers:
         assert '"comparison":null' not in text and '"measurements":[]' not in text

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from radmatch_audit.prompts import fewshot_dir, load_exemplars
+from radmatch_audit.stages import fewshot_dir, load_exemplars
 from radmatch_audit.recompute import score_record
 from radmatch_audit.records import Record, Stages
 from radmatch_audit.schemas import (
@@ -127,7 +127,7 @@ def test_the_judge_never_sees_expected():
 
 
 def test_a_grade_exemplar_whose_ids_do_not_name_its_pairs_is_refused(tmp_path, monkeypatch):
-    from radmatch_audit.prompts import FewshotError
+    from radmatch_audit.stages import FewshotError
 
     for modality in MODALITIES:
         for stage in ("extract", "match", "grade"):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from radmatch_audit import prompts as P
-from radmatch_audit.prompting import build_messages
+from radmatch_audit import stages as P
+from radmatch_audit.stages import build_messages
 from radmatch_audit.schemas import ANSWER_MODELS, SMALL_MODEL_LIMITS, answer_models
 
 ExtractionAnswer = ANSWER_MODELS["extract"]
@@ -327,7 +327,7 @@ def test_installed_wheel_ships_prompts_and_exemplars(tmp_path):
 
     script = textwrap.dedent(
         """
-        import json, radmatch_audit, radmatch_audit.prompts as P
+        import json, radmatch_audit, radmatch_audit.stages as P
         from pathlib import Path
         pkg = Path(radmatch_audit.__file__).resolve().parent
         d = P.fewshot_dir().resolve()

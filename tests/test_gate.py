@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from radmatch_audit.calls import CHAIN
+from radmatch_audit.stages import CHAIN
 from radmatch_audit.gate import CallGate
 from radmatch_audit.pipeline import stream
 

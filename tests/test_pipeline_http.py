@@ -278,7 +278,7 @@ def test_the_encoded_body_is_json_dumps_of_the_request_byte_for_byte():
     """Encoding the static prefix once per stage must not change one byte of any request."""
     import json
 
-    from radmatch_audit.prompting import build_messages
+    from radmatch_audit.stages import build_messages
     from radmatch_audit.schemas import answer_models
 
     models = answer_models(SERVER_LIMITS)

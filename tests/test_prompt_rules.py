@@ -9,7 +9,7 @@ import re
 import pytest
 
 from radmatch_audit import baselines
-from radmatch_audit import prompts as P
+from radmatch_audit import stages as P
 
 
 def _flat(stage: str) -> str:

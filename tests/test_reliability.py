@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from radmatch_audit import Evaluator, JudgeConfig, PairInput, read_records
-from radmatch_audit.prompting import finding_view
+from radmatch_audit.stages import finding_view
 from radmatch_audit.records import Record
 from radmatch_audit.scoring.results import as_dict
 from radmatch_audit.stages import rows_to_grade

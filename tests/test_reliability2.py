@@ -208,7 +208,7 @@ def test_exemplars_are_dropped_to_fit_the_served_context(tmp_path):
     """Issue 26 5c: a context that holds the instructions but not every exemplar: the
     record says how many were sent; the server never answers 400."""
     from radmatch_audit.judges.base import estimate_tokens
-    from radmatch_audit.prompting import build_messages, static_prefix
+    from radmatch_audit.stages import build_messages, stage_prompt
 
     user = {"report": "FINDINGS: " + "Small left pleural effusion. " * 20, "indication": None}
     bare_messages = build_messages("extract", "chest_xray", user, 0)
@@ -218,7 +218,7 @@ def test_exemplars_are_dropped_to_fit_the_served_context(tmp_path):
         assert server.requests[-1]["path"] == "/tokenize"
     assert measured < estimate_tokens(bare_messages)  # nearer the server's count
     bare = measured + MAX_TOKENS["extract"]
-    available = (len(static_prefix("extract", "chest_xray")) - 1) // 2
+    available = stage_prompt("extract", "chest_xray").exemplars
     assert available > 0
     pair = PairInput(reference=user["report"], candidate="FINDINGS: Clear lungs.", pair_id="p")
     with StubServer(max_model_len=bare + 50) as server:

@@ -1012,7 +1012,7 @@ def recorded(path: Path) -> list[dict]:
 def test_check_compiles_the_client_schemas_and_runs_a_real_extraction(stub, tmp_path):
     from radmatch_audit.config import SERVER_MAX_TOKENS
     from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
-    from radmatch_audit.prompts import load_instructions
+    from radmatch_audit.stages import load_instructions
     from radmatch_audit.schemas import SERVER_LIMITS, answer_models
 
     record = tmp_path / "requests.jsonl"
@@ -1060,7 +1060,7 @@ def test_check_validates_the_extraction_with_radmatchs_answer_model(stub, answer
 
 def test_the_real_extraction_fits_the_servers_context_as_the_client_does(stub, tmp_path):
     from radmatch_audit.judges.base import estimate_tokens
-    from radmatch_audit.prompting import build_messages
+    from radmatch_audit.stages import build_messages
 
     sys.path.insert(0, str(REPO / "serve"))
     from check_judge import SAMPLE_INDICATION, SAMPLE_REPORT, AnswerKit

@@ -33,17 +33,12 @@ from pydantic import BaseModel, ValidationError
 from radmatch_audit.cache import AnswerCache, cache_key
 from radmatch_audit.gate import CallGate
 from radmatch_audit.judges.base import InvalidAnswerError, Judge, JudgeError, TransientJudgeError
-from radmatch_audit.prompting import fit_messages
-from radmatch_audit.prompts import prompt_version
 from radmatch_audit.records import Failure
-from radmatch_audit.schemas import Limits, answer_models, validation_models
-from radmatch_audit.vocabulary import STAGES
+from radmatch_audit.stages.stage import JudgeStage
 
 log = logging.getLogger(__name__)
 
 INVALID_ANSWER_ATTEMPTS = 2
-# calls on a pair's longest path from each stage's call to its record, that call included
-CHAIN = {stage: len(STAGES) - i for i, stage in enumerate(STAGES)}
 
 
 class StageFailed(Exception):
@@ -95,8 +90,6 @@ class JudgeCalls:
         self,
         judge: Judge,
         *,
-        limits: Limits,
-        max_tokens: dict[str, int],
         cache: AnswerCache,
         retries: int = 3,
         backoff_s: float = 1.0,
@@ -106,26 +99,15 @@ class JudgeCalls:
     ) -> None:
         self.judge = judge
         self.gate = CallGate(concurrency)
-        self.grammar = answer_models(limits)
-        self.validators = validation_models(limits)
-        self.max_tokens = max_tokens
         self.cache = cache
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_wait_s = max_wait_s
         self.stats = stats or RunStats()
-        self._versions: dict[tuple[str, str], str] = {}
-
-    def prompt_version(self, stage: str, modality: str) -> str:
-        """Hashing reads the exemplar files: once per stage and modality."""
-        key = (stage, modality)
-        if key not in self._versions:
-            self._versions[key] = prompt_version(stage, modality)
-        return self._versions[key]
 
     async def ask(
         self,
-        stage: str,
+        stage: JudgeStage,
         modality: str,
         user_input: dict[str, Any],
         spend: PairSpend,
@@ -135,51 +117,27 @@ class JudgeCalls:
     ) -> BaseModel:
         """The stage's validated answer for `user_input`, from the cache or the judge.
 
-        `sample` k > 0 asks again for the k-th sample of the same call (`--samples`): its
-        own cache entry, never shared with another sample's call.
+        Everything sent and checked comes from `stage`: its prompt for `modality` (as many
+        exemplars as the judge's context holds), its grammar and validator for the `rows`
+        a grading call is sent, its token budget. `sample` k > 0 asks again for the k-th
+        sample of the same call (`--samples`): its own cache entry, never shared with
+        another sample's call.
         """
         started = time.perf_counter()
-        schema = self.grammar.for_stage(stage, rows)
-        validator = self.validators.for_stage(stage, rows)
-        max_tokens = self.max_tokens[stage]
+        prompt = stage.prompt(modality)
+        schema, validator, max_tokens = stage.grammar(rows), stage.validator(rows), stage.max_tokens
         try:
-            messages, spend.exemplars[stage] = fit_messages(
-                self.judge, stage, modality, user_input, max_tokens
-            )
+            messages, exemplars = prompt.fit(self.judge, user_input, max_tokens)
         except JudgeError as exc:  # the context budget: retrying cannot help
-            raise StageFailed(Failure(stage=stage, cause=str(exc))) from None
-        return await self.call(
-            stage, messages, schema, validator, max_tokens, spend,
-            prompt_version=self.prompt_version(stage, modality),
-            exemplars=spend.exemplars[stage], sample=sample, started=started,
-        )
-
-    async def call(
-        self,
-        stage: str,
-        messages: list,
-        schema: type[BaseModel],
-        validator: type[BaseModel],
-        max_tokens: int,
-        spend: PairSpend,
-        *,
-        prompt_version: str,
-        exemplars: int = 0,
-        sample: int = 0,
-        started: Optional[float] = None,
-    ) -> BaseModel:
-        """The validated answer to ready-made `messages`: the path `ask` takes after
-        building a stage's messages, for callers with prompts of their own (the baselines).
-
-        The static prefix must be settled by `prompt_version` and `exemplars`: the cache
-        key hashes those and the last message, not the prefix itself.
-        """
-        started = time.perf_counter() if started is None else started
+            raise StageFailed(Failure(stage=stage.name, cause=str(exc))) from None
+        spend.exemplars[stage.name] = exemplars
+        # the fixed turns are settled by the prompt's version and the exemplars sent: the
+        # key hashes those and the pair's message, not the turns themselves
         key = cache_key(
             model=self.judge.model,
             backend=self.judge.backend,
             settings=getattr(self.judge, "settings", None),  # temperature, thinking
-            prompt_version=prompt_version,
+            prompt_version=prompt.version,
             exemplars=exemplars,
             pair_message=messages[-1]["content"],
             schema=_schema_digest(schema),
@@ -191,9 +149,9 @@ class JudgeCalls:
         if answer is None:
             (entry, answer), owner = await self.cache.shared(
                 key,
-                lambda: self._call(key, stage, messages, schema, validator, max_tokens, spend.priority),
+                lambda: self._call(key, stage, messages, schema, validator, spend.priority),
             )
-        spend.seconds[stage] = spend.seconds.get(stage, 0.0) + time.perf_counter() - started
+        spend.seconds[stage.name] = spend.seconds.get(stage.name, 0.0) + time.perf_counter() - started
         spend.calls += 1
         if owner:
             spend.prompt_tokens += entry["usage"]["prompt_tokens"]
@@ -217,34 +175,34 @@ class JudgeCalls:
     async def _call(
         self,
         key: str,
-        stage: str,
+        stage: JudgeStage,
         messages: list,
         schema: type[BaseModel],
         validator: type[BaseModel],
-        max_tokens: int,
         priority: float,
     ) -> tuple[dict[str, Any], BaseModel]:
         started = time.perf_counter()
         attempts = invalid = 0
+        name = stage.name
 
         def failed(cause: str) -> StageFailed:
             took = round(time.perf_counter() - started, 3)
-            return StageFailed(Failure(stage=stage, cause=cause, attempts=attempts, elapsed_s=took))
+            return StageFailed(Failure(stage=name, cause=cause, attempts=attempts, elapsed_s=took))
 
         while True:
             attempts += 1
             try:
-                await self.gate.acquire(priority, CHAIN.get(stage, 1))
+                await self.gate.acquire(priority, stage.chain)
                 try:
-                    result = await self.judge.generate(messages, schema, max_tokens=max_tokens)
+                    result = await self.judge.generate(messages, schema, max_tokens=stage.max_tokens)
                 finally:
                     self.gate.release()
                 self.stats.judge_calls += 1
                 answer = validator.model_validate_json(result.text)
             except (ValidationError, InvalidAnswerError) as exc:
                 invalid += 1
-                cause = _invalid_cause(stage, exc)
-                log.info("%s: invalid answer (attempt %d)", stage, attempts)  # no report text
+                cause = _invalid_cause(name, exc)
+                log.info("%s: invalid answer (attempt %d)", name, attempts)  # no report text
                 if invalid >= INVALID_ANSWER_ATTEMPTS:
                     raise failed(cause) from None
                 continue
@@ -252,7 +210,7 @@ class JudgeCalls:
                 if attempts >= self.retries:
                     raise failed(str(exc)) from None
                 delay = self._delay(attempts, exc.retry_after)
-                log.info("%s: %s; retry %d in %.1f s", stage, type(exc).__name__, attempts, delay)
+                log.info("%s: %s; retry %d in %.1f s", name, type(exc).__name__, attempts, delay)
                 await asyncio.sleep(delay)
                 continue
             except JudgeError as exc:

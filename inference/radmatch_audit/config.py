@@ -14,6 +14,8 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+# each stage holds its answer-token budget; the two sets are named here too
+from radmatch_audit.stages.stage import SERVER_MAX_TOKENS, SMALL_MODEL_MAX_TOKENS
 from radmatch_audit.vocabulary import DEFAULT_MODALITY, Modality
 
 Backend = Literal["auto", "vllm", "hosted", "transformers"]
@@ -43,8 +45,6 @@ DEFAULT_SERVED_MODEL = "radmatch-judge"
 # Judge calls in flight per server by default: enough to fill a vLLM batch on one
 # workstation (the paper ran 15 workers) without queueing far ahead of it.
 SERVER_CONCURRENCY = 32
-SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144}
-SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048}
 
 
 class JudgeConfig(BaseModel):

@@ -29,13 +29,13 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Optional, Union
 
 from radmatch_audit.cache import MEMO_ENTRIES, AnswerCache
 from radmatch_audit.calls import JudgeCalls, PairSpend, RunStats, StageFailed
-from radmatch_audit.config import SERVER_MAX_TOKENS, JudgeConfig
+from radmatch_audit.config import JudgeConfig
 from radmatch_audit.judges.base import Judge
 from radmatch_audit.loop import LoopThread
 from radmatch_audit.records import Failure, JudgeInfo, PairInput, Record, Sample, Stages, Timings, Usage
 from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits
 from radmatch_audit.scoring import score_record
-from radmatch_audit.stages import run_stages
+from radmatch_audit.stages import pair_stages, run_stages
 from radmatch_audit.vocabulary import DEFAULT_MODALITY, STAGES, check_modality
 
 log = logging.getLogger(__name__)
@@ -84,10 +84,9 @@ class Evaluator:
         self.concurrency = concurrency
         self.limits = limits or SERVER_LIMITS
         self.stats = RunStats()
+        self.stages = pair_stages(self.limits, max_tokens)
         self.calls = JudgeCalls(
             judge,
-            limits=self.limits,
-            max_tokens={**SERVER_MAX_TOKENS, **(max_tokens or {})},
             cache=AnswerCache(Path(cache_dir) if cache_dir else None, memo_entries=memo_entries),
             retries=retries,
             backoff_s=backoff_s,
@@ -209,7 +208,7 @@ class Evaluator:
         return JudgeInfo(
             backend=self.judge.backend,
             model=self.judge.model,
-            prompt_version={stage: self.calls.prompt_version(stage, modality) for stage in STAGES},
+            prompt_version={name: stage.prompt(modality).version for name, stage in self.stages.items()},
             fewshot_set=modality,
             # what the pre-flight read from the server (vLLM's `root`, its context)
             loaded_model=getattr(self.judge, "loaded_model", None),
@@ -233,7 +232,7 @@ class Evaluator:
 
         def asker(sample: int) -> Callable[..., Any]:
             def ask(stage: str, user_input: dict[str, Any], rows: Optional[list[tuple[str, str]]] = None) -> Any:
-                return self.calls.ask(stage, modality, user_input, spend, rows=rows, sample=sample)
+                return self.calls.ask(self.stages[stage], modality, user_input, spend, rows=rows, sample=sample)
             return ask
 
         try:

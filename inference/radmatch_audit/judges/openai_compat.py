@@ -325,10 +325,10 @@ class OpenAICompatibleJudge:
         /tokenize, at the server's root); without an answer the estimate stays as it is."""
         import aiohttp
 
-        from radmatch_audit.prompting import build_messages
+        from radmatch_audit.stages.prompt import stage_prompt
         from radmatch_audit.vocabulary import DEFAULT_MODALITY
 
-        messages = build_messages("extract", DEFAULT_MODALITY, {"report": "", "indication": None})
+        messages = stage_prompt("extract", DEFAULT_MODALITY).messages({"report": "", "indication": None})
         root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         body = json.dumps({"model": self.model, "messages": messages}).encode("utf-8")
         try:

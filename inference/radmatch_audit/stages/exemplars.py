@@ -1,8 +1,8 @@
 """Stage instructions and few-shot exemplars: versioned data, loaded and checked here.
 
-Instructions are Markdown files beside this module (`extract.md`, `match.md`,
-`grade.md`). Exemplars are JSON files `<modality>/<stage>.json` under the
-few-shot directory (see `fewshot_dir`), each
+Instructions are Markdown files in the package's `prompts/` folder (`extract.md`,
+`match.md`, `grade.md`; the baselines' in `prompts/baselines/`). Exemplars are JSON
+files `<modality>/<stage>.json` under the few-shot directory (see `fewshot_dir`), each
 
     {"modality": ..., "stage": ..., "clinically_reviewed": false, "note": ...,
      "exemplars": [{"input": {...}, "output": {...}, "expected": ...}, ...]}
@@ -11,19 +11,15 @@ where `input` is what the pipeline puts in the user message and `output` validat
 against the stage's answer model (a grading output grades each input pair once, in
 order, by its ids). `expected` (match and grade exemplars) is what the scoring code
 must make of the output (tests/test_exemplar_verdicts.py checks it); the model never
-sees it, so the loader drops it and it is no part of the prompt version.
-`prompt_version` hashes instructions, inputs and outputs, so that a record can name
-the exact prompt that produced it (docs/judge.md rule 6).
+sees it, so the loader drops it and it is no part of the prompt version
+(`radmatch_audit.stages.prompt` renders and versions what is loaded here).
 
 >>> load_instructions("match").startswith("# Stage: finding matching")
-True
->>> prompt_version("extract", "chest_xray").startswith("v1-")
 True
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from importlib import resources
@@ -44,16 +40,12 @@ __all__ = [
     "fewshot_dir",
     "load_exemplars",
     "load_instructions",
-    "prompt_version",
+    "read_prompt",
 ]
 
 FEWSHOT_ENV = "RADMATCH_FEWSHOT_DIR"
 _FINDING = CANONICAL.extract.model_fields["findings"].annotation.__args__[0]  # one finding
-PROMPT_FORMAT = "v1"
 _EXEMPLAR_KEYS = frozenset({"input", "output", "expected"})
-# How prompting.py turns exemplars into messages; part of every prompt version, so that
-# a change of rendering alone (compact answers, 2026-12-02) gives new versions too.
-RENDERING = "compact-json-defaults-omitted"
 
 # Keys the pipeline puts in each stage's user message.
 _INPUT_KEYS: dict[str, frozenset[str]] = {
@@ -95,7 +87,7 @@ def fewshot_dir() -> Path:
     installed = here.parents[1] / "fewshots"  # site-packages/radmatch_audit/fewshots
     if installed.is_dir():
         return installed
-    checkout = here.parents[3] / "fewshots"  # <repo>/inference/radmatch_audit/prompts/__init__.py
+    checkout = here.parents[3] / "fewshots"  # <repo>/inference/radmatch_audit/stages/exemplars.py
     if checkout.is_dir():
         return checkout
     raise FewshotError(
@@ -104,10 +96,15 @@ def fewshot_dir() -> Path:
     )
 
 
+def read_prompt(name: str) -> str:
+    """The Markdown file `name` of the package's `prompts/` folder ("grade.md", "baselines/count.md")."""
+    return resources.files("radmatch_audit").joinpath("prompts", name).read_text(encoding="utf-8")
+
+
 def load_instructions(stage: str) -> str:
     """The instruction text (Markdown) of one stage."""
     _check_choice("stage", stage, STAGES, "load_instructions")
-    return resources.files(__name__).joinpath(f"{stage}.md").read_text(encoding="utf-8")
+    return read_prompt(f"{stage}.md")
 
 
 def _check_findings(findings: Any, where: str) -> None:
@@ -199,22 +196,3 @@ def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
             _check_grade_keys(exemplar["input"], exemplar["output"], where)
         exemplars.append({"input": exemplar["input"], "output": exemplar["output"]})
     return exemplars
-
-
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def prompt_version(stage: str, modality: str) -> str:
-    """Version of a stage's prompt for one modality: "v1-" + 12 hex of a sha256.
-
-    The hash covers the instructions and the exemplars in canonical JSON (sorted keys,
-    no whitespace), so any change to either gives a new version.
-    """
-    payload = {
-        "rendering": RENDERING,
-        "instructions": load_instructions(stage),
-        "exemplars": load_exemplars(modality, stage),
-    }
-    digest = hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
-    return f"{PROMPT_FORMAT}-{digest[:12]}"

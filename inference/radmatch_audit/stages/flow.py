@@ -1,7 +1,7 @@
 """The stages of one pair, in data-flow order: indication (read by code), extract, match, grade.
 
 Each stage is a small function from typed inputs to the stored stage answer; `ask`
-is the judge-call path (`JudgeCalls.ask` bound to the pair). What the judge need not
+is the judge-call path (`JudgeCalls.ask` bound to the pair and its stage objects). What the judge need not
 be asked is not asked: an empty report has no findings, a side without findings has
 nothing to match, a matching without gradable rows has nothing to grade.
 """
@@ -15,10 +15,10 @@ from pydantic import BaseModel
 
 from radmatch_audit.control_strings import neutralise_markers
 from radmatch_audit.indication import cap_indication, read_indication
-from radmatch_audit.prompting import finding_view
 from radmatch_audit.records import Record, Stages
 from radmatch_audit.schemas import CANONICAL_LIMITS, Finding, GradingStage, Limits, MatchingAnswer, number_findings
 from radmatch_audit.scoring.repair import repair_matching
+from radmatch_audit.stages.prompt import finding_view
 
 Ask = Callable[..., Awaitable[BaseModel]]  # ask(stage, user_input, rows=None): rows sent to grading
 
@@ -94,7 +94,7 @@ async def run_stages(record: Record, ask: Ask, limits: Limits) -> None:
     for field, text in (("reference", record.reference), ("candidate", record.candidate),
                         ("indication", stages.indication)):
         markers = neutralise_markers(text)[1] if text else 0
-        if markers:  # prompting.build_messages sends them as plain text; the record keeps the original
+        if markers:  # Prompt.messages sends them as plain text; the record keeps the original
             record.flags.append(f"{field}: {markers} control marker(s) sent to the judge as plain text")
     reference, candidate = await asyncio.gather(
         extract_findings(record.reference, stages.indication, ask, "gt"),

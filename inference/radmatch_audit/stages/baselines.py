@@ -1,0 +1,114 @@
+"""The paper's single-call baselines as judge stages (docs/agreement.md).
+
+- `count`: the judge answers `{"errors": N}`, a bare integer of clinically significant
+  errors;
+- `enumerate`: the judge answers `{"errors": [{"description": ...}, ...]}`, one entry
+  per error, and the count is the length of the list.
+
+Both answers are schema-constrained like RadMatch's stages and go through the same
+call path (`radmatch_audit.calls.JudgeCalls.ask`). Their instructions are data:
+`prompts/baselines/<method>.md`; they have no exemplars, so one prompt serves every
+modality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from radmatch_audit.records import PairInput
+from radmatch_audit.stages.exemplars import read_prompt
+from radmatch_audit.stages.prompt import Prompt
+from radmatch_audit.stages.stage import JudgeStage, Rows
+
+METHODS = ("count", "enumerate")
+MAX_COUNT = 99  # the count grammar admits 0..MAX_COUNT
+# (list cap, description cap, answer tokens) for a served judge and for a small model
+SERVER_CAPS = (60, 400, 8192)
+SMALL_CAPS = (4, 80, 300)  # ~35 tokens an entry: a small model on a CPU fills the list
+COUNT_MAX_TOKENS = 32
+
+CountValue = Literal[tuple(range(MAX_COUNT + 1))]  # an enum: every grammar backend bounds it
+
+
+class CountAnswer(BaseModel):
+    """`count`: the number of clinically significant errors."""
+
+    model_config = ConfigDict(extra="forbid")
+    errors: CountValue  # type: ignore[valid-type]
+
+
+def enumerate_model(max_items: Optional[int], max_chars: Optional[int]) -> type[BaseModel]:
+    """`enumerate`'s answer model with the given caps (None: uncapped)."""
+
+    class Listed(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        description: str = Field(max_length=max_chars) if max_chars else Field()
+
+    class EnumerateAnswer(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        errors: list[Listed] = Field(max_length=max_items) if max_items else Field()
+
+    return EnumerateAnswer
+
+
+def load_prompt(method: str) -> str:
+    """The instructions of a baseline (prompts/baselines/<method>.md)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown baseline method {method!r}; expected one of {list(METHODS)}")
+    return read_prompt(f"baselines/{method}.md")
+
+
+@dataclass(frozen=True)
+class BaselineStage(JudgeStage):
+    """A baseline's one call: the pair's two reports in, one answer model, no exemplars."""
+
+    method: str = "count"
+    schema: type[BaseModel] = CountAnswer
+
+    def prompt(self, modality: Optional[str] = None) -> Prompt:
+        return _prompt(self.method, self.schema)
+
+    def grammar(self, rows: Rows = None) -> type[BaseModel]:
+        return self.schema
+
+    def validator(self, rows: Rows = None) -> type[BaseModel]:
+        return self.schema
+
+    def user_input(self, pair: PairInput) -> dict[str, Any]:
+        user: dict[str, Any] = {"reference": pair.reference, "candidate": pair.candidate}
+        if pair.indication and pair.indication.strip():
+            user["indication"] = pair.indication.strip()
+        return user
+
+    def errors(self, answer: BaseModel) -> int:
+        """The answer's count of clinically significant errors."""
+        return answer.errors if self.method == "count" else len(answer.errors)
+
+
+@lru_cache(maxsize=8)
+def baseline_stage(method: str, small_model: bool = False) -> BaselineStage:
+    """The stage of `method`; `small_model` sets the caps a small model needs (a short list,
+    short descriptions, a small token budget); a capable served judge runs uncapped."""
+    load_prompt(method)  # an unknown method fails here
+    items, chars, tokens = SMALL_CAPS if small_model else SERVER_CAPS
+    if method == "count":
+        schema, max_tokens = CountAnswer, COUNT_MAX_TOKENS
+    else:
+        schema, max_tokens = enumerate_model(items, chars if small_model else None), tokens
+    return BaselineStage(name=f"baseline_{method}", max_tokens=max_tokens, method=method, schema=schema)
+
+
+@lru_cache(maxsize=8)
+def _prompt(method: str, schema: type[BaseModel]) -> Prompt:
+    """The system turn and its version, which hashes the instructions and the answer schema."""
+    instructions = load_prompt(method)
+    payload = json.dumps({"instructions": instructions, "schema": schema.model_json_schema()},
+                         sort_keys=True, separators=(",", ":"))
+    version = "baseline-v1-" + hashlib.sha256(payload.encode("utf-8")).hexdigest()[:12]
+    return Prompt(turns=(("system", instructions),), version=version, compact=False)
