@@ -77,10 +77,6 @@ class CallGate:
     def _key(self, priority: float, chain: int) -> tuple[float, ...]:
         return (-chain, priority) if self._chain_first else (priority,)
 
-    @property
-    def in_use(self) -> int:
-        return self.slots - self._free
-
     async def acquire(self, priority: float = 0.0, chain: int = 1) -> None:
         """Wait for a slot; `chain` counts this call and the calls that must follow it."""
         if self._free and not self._waiters:
@@ -107,9 +103,3 @@ class CallGate:
         for future in room:
             if not future.done():
                 future.set_result(None)
-
-    async def __aenter__(self) -> None:  # priority 0; use acquire(p) for another
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
