@@ -204,8 +204,29 @@ def test_compare_and_markdown_name_every_method_and_endpoint():
     common = compare(ann, [perfect, partial], common=True, n_resamples=100)
     assert common["endpoints"][0]["results"]["perfect"]["tau_b"]["n"] == 3
     text = to_markdown(report)
-    assert "| total errors | perfect | 8 | 1.00" in text and "partial" in text
+    assert "| total errors | perfect | 8 † | 1.00" in text and "partial" in text
     assert "Pairwise preference" in text
+
+
+def test_intervals_from_fewer_than_ten_studies_carry_a_caution():
+    from radmatch_audit.agreement.report import MIN_STUDIES
+
+    ann = _toy_set()  # 4 studies of 2 candidates
+    perfect = MethodScores("perfect", "p", {pid: c.targets["total"] for pid, c in ann.cases.items()})
+    result = compare(ann, [perfect], n_resamples=100)["endpoints"][0]["results"]["perfect"]
+    assert MIN_STUDIES == 10 and result["studies"] == 4
+    assert result["caution"].startswith("4 studies, fewer than 10")
+    text = to_markdown(compare(ann, [perfect], n_resamples=100))
+    assert "caution: † marks 1 row(s) whose intervals rest on fewer than 10 studies" in text
+    assert "docs/agreement.md" in text
+
+    big = {f"s{k}/C{j}": Case(f"s{k}/C{j}", f"s{k}", {"total": k % 4 + j}, 3)
+           for k in range(12) for j in (1, 2)}
+    ann12 = AnnotationSet("big", [Endpoint("total", "total errors")], big, raters=1)
+    method = MethodScores("m", "m", {pid: c.targets["total"] for pid, c in big.items()})
+    result = compare(ann12, [method], n_resamples=100)["endpoints"][0]["results"]["m"]
+    assert result["studies"] == 12 and result["blocked_tau_b"]["blocks"] >= MIN_STUDIES
+    assert "caution" not in result and "caution" not in to_markdown(compare(ann12, [method], n_resamples=100))
 
 
 # --------------------------------------------------------------------------- ReXVal

@@ -9,6 +9,12 @@ from radmatch_audit.agreement.methods import MethodScores
 from radmatch_audit.agreement.stats import agreement
 from radmatch_audit.resampling import N_RESAMPLES, SEED, wilson_interval
 
+# Below this many studies (the bootstrap's unit) an interval is flagged: a percentile
+# bootstrap over k studies has few distinct resamples (35 for k = 4) and tau-b few
+# distinct values, so the interval covers far less than 95 % (docs/agreement.md, section 4).
+MIN_STUDIES = 10
+FEW_STUDIES_MARK = "†"
+
 
 def preference(annotations: AnnotationSet, method: MethodScores) -> Optional[dict[str, Any]]:
     """Does the method prefer (fewer errors) the candidate the radiologists rated higher?
@@ -85,9 +91,26 @@ def compare(
                 [annotations.cases[p].study_id for p in pids],
                 n_resamples=n_resamples, seed=seed,
             )
-            results[method.label] = stat.to_dict()
+            result = stat.to_dict()
+            result["studies"] = len({annotations.cases[p].study_id for p in pids})
+            few = few_studies(result)
+            if few:
+                result["caution"] = few
+            results[method.label] = result
         out["endpoints"].append({"key": endpoint.key, "label": endpoint.label, "results": results})
     return out
+
+
+def few_studies(result: dict[str, Any]) -> Optional[str]:
+    """Why this result's intervals are not reliable 95 % intervals, or None."""
+    studies, blocks = result["studies"], result["blocked_tau_b"].get("blocks", 0)
+    if studies < MIN_STUDIES:
+        return (f"{studies} studies, fewer than {MIN_STUDIES}: the intervals are not reliable "
+                "95 % intervals")
+    if blocks < MIN_STUDIES:
+        return (f"blocked tau-b from {blocks} studies, fewer than {MIN_STUDIES}: its interval "
+                "is not a reliable 95 % interval")
+    return None
 
 
 def _fmt(stat: Optional[dict[str, Any]]) -> str:
@@ -124,8 +147,9 @@ def to_markdown(report: dict[str, Any]) -> str:
             if res is None:
                 lines.append(f"| {endpoint['label']} | {label} | 0 | n/a | n/a | 0 | n/a |")
                 continue
+            mark = f" {FEW_STUDIES_MARK}" if res.get("caution") else ""
             lines.append(
-                f"| {endpoint['label']} | {label} | {res['tau_b']['n']} | {_fmt(res['tau_b'])} | "
+                f"| {endpoint['label']} | {label} | {res['tau_b']['n']}{mark} | {_fmt(res['tau_b'])} | "
                 f"{_fmt(res['blocked_tau_b'])} | {res['blocked_tau_b'].get('blocks', 0)} | "
                 f"{_fmt(res['pearson_r'])} |"
             )
@@ -144,6 +168,14 @@ def to_markdown(report: dict[str, Any]) -> str:
             acc = "n/a" if p["accuracy"] is None else (
                 f"{p['accuracy']:.2f} [{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}]")
             lines.append(f"| {label} | {p['cases']} | {p['agree']} | {p['metric_ties']} | {acc} |")
+    cautions = [res["caution"] for e in report["endpoints"] for res in e["results"].values()
+                if res and res.get("caution")]
+    if cautions:
+        lines.append(
+            f"\ncaution: {FEW_STUDIES_MARK} marks {len(cautions)} row(s) whose intervals rest on "
+            f"fewer than {MIN_STUDIES} studies (the bootstrap's unit), too few for a reliable "
+            f"95 % interval (e.g. {cautions[0]}); see docs/agreement.md, section 4"
+        )
     for note in report["notes"]:
         lines.append(f"\nnote: {note}")
     return "\n".join(lines)
