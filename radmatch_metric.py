@@ -41,7 +41,8 @@ variables; keyword arguments win): with no base_url the embedded CPU judge
 (SmolLM2-135M, which only exercises the pipeline) runs in-process; with base_url an
 OpenAI-compatible server (vLLM, `serve/start_vllm.sh`) is used. Report text is sent
 only to loopback or private-network addresses unless allow_remote_endpoint=True.
-Options: """ + radmatch_audit.metric.options_help() + """.
+Options:
+""" + radmatch_audit.metric.options_help() + """
 Judge answers are cached on disk (cache=False to turn off) and in memory for the life
 of the metric object: re-evaluating the same references every epoch costs judge calls
 only for the new candidates.

@@ -10,16 +10,10 @@ The evaluator owns one event loop in its own thread, so that a server judge's HT
 client lives on one loop across `compute()` calls, and `compute()` works inside a
 running loop (notebooks) too.
 
-Options (keyword arguments of `evaluate.load(...)`; each also has a RADMATCH_* variable)::
-
-    backend, base_url, model, api_key_env, allow_remote_endpoint, timeout_s, retries,
-    temperature, thinking, context_window, local_model_dir, concurrency, cache,
-    judge_cache_dir (RADMATCH_JUDGE_CACHE_DIR), modality, max_tokens,
-    records_path (RADMATCH_RECORDS_PATH: append every record to this JSONL file),
-    progress (RADMATCH_PROGRESS: the CLI's progress bar on stderr during compute(); on
-    by default, `progress=False` or RADMATCH_PROGRESS=0 turns it off; compute(progress=...)
-    overrides it for one call),
-    judge (a ready `radmatch` judge object; for tests and custom backends)
+Options (keyword arguments of `evaluate.load(...)`): every `JudgeConfig` field, each
+declared once in `radmatch_audit.config` with its RADMATCH_* variable and help, and the
+metric's own (`METRIC_OPTIONS`: records_path, progress, judge). `options_help()` lists
+them all with their variables and help; the metric's description shows that list.
 
 `cache_dir` and `timeout` belong to `evaluate` itself (where it buffers predictions, and
 its distributed timeout), hence `judge_cache_dir` and `timeout_s` here.
@@ -35,7 +29,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from radmatch_audit.config import ENV_VARS, JudgeConfig
+from radmatch_audit.config import JudgeConfig
 from radmatch_audit.corpus import summarize
 from radmatch_audit.extras import require_local_judge
 from radmatch_audit.judge_notice import judge_identity, warn_not_clinical
@@ -49,12 +43,20 @@ log = logging.getLogger(__name__)
 
 RECORDS_PATH_ENV = "RADMATCH_RECORDS_PATH"
 PROGRESS_ENV = "RADMATCH_PROGRESS"
-# Metric option -> JudgeConfig field, where the names differ.
-_RENAMED = {"judge_cache_dir": "cache_dir"}
-JUDGE_OPTIONS = tuple(
-    sorted({*(f for f in JudgeConfig.model_fields if f != "cache_dir"), *_RENAMED})
-)
-OPTIONS = (*JUDGE_OPTIONS, "records_path", "progress", "judge")
+# Metric option -> JudgeConfig field, where the names differ (the field's Option says so).
+_RENAMED = {o.metric_name: name for name, o in JudgeConfig.options().items() if o.metric_name}
+JUDGE_OPTIONS = tuple(sorted(
+    {o.metric_name or name for name, o in JudgeConfig.options().items()}
+))
+# The metric's own options: name -> (environment variable or None, help).
+METRIC_OPTIONS: dict[str, tuple[str | None, str]] = {
+    "records_path": (RECORDS_PATH_ENV, "append every record to this JSONL file"),
+    "progress": (PROGRESS_ENV, "the CLI's progress bar on stderr during compute(); on by default, "
+                 "progress=False or RADMATCH_PROGRESS=0 turns it off; compute(progress=...) "
+                 "overrides it for one call"),
+    "judge": (None, "a ready radmatch_audit judge object; for tests and custom backends"),
+}
+OPTIONS = (*JUDGE_OPTIONS, *METRIC_OPTIONS)
 PER_PAIR_EXTRAS = ("indications", "study_ids", "pair_ids", "modalities")
 # add_batch stores the extras beside predictions and references (evaluate's Arrow
 # buffer, so they travel with them across processes); an absent value is stored as
@@ -89,14 +91,12 @@ def split_init_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 def options_help() -> str:
-    """One line per option with its environment variable, for MetricInfo and --help."""
-    lines = []
-    for option in JUDGE_OPTIONS:
-        var = ENV_VARS.get(_RENAMED.get(option, option))
-        lines.append(f"{option}" + (f" ({var})" if var else ""))
-    lines.append(f"records_path ({RECORDS_PATH_ENV})")
-    lines.append(f"progress ({PROGRESS_ENV})")
-    return ", ".join(lines)
+    """One line per option with its environment variable and help, for MetricInfo and --help."""
+    judge = {o.metric_name or name: (o.env, o.help) for name, o in JudgeConfig.options().items()}
+    return "\n".join(
+        f"- {name}" + (f" ({var})" if var else "") + f": {text}"
+        for name, (var, text) in {**dict(sorted(judge.items())), **METRIC_OPTIONS}.items()
+    )
 
 
 def _flag(value: Any, name: str) -> bool:

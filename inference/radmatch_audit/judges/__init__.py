@@ -10,6 +10,7 @@ from radmatch_audit.judges.base import (
     TransientJudgeError,
     Usage,
 )
+from radmatch_audit.judges.factory import build_judge
 
 __all__ = [
     "EndpointRefusedError",
@@ -20,4 +21,5 @@ __all__ = [
     "JudgeUnavailable",
     "TransientJudgeError",
     "Usage",
+    "build_judge",
 ]
