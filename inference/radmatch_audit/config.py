@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from radmatch_audit.schemas import SERVER_MAX_TOKENS, SMALL_MODEL_MAX_TOKENS
 from radmatch_audit.vocabulary import DEFAULT_MODALITY, MODALITIES, Modality
 
 Backend = Literal["auto", "vllm", "hosted", "transformers"]
@@ -28,8 +29,6 @@ DEFAULT_SERVED_MODEL = "radmatch-judge"
 # Judge calls in flight per server by default: enough to fill a vLLM batch on one
 # workstation (the paper ran 15 workers) without queueing far ahead of it.
 SERVER_CONCURRENCY = 32
-SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144}
-SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048}
 
 
 
@@ -76,7 +75,7 @@ class JudgeConfig(BaseModel):
         "pairs than that are held open so that the judge never waits", env="RADMATCH_CONCURRENCY")] = None
     timeout_s: Annotated[float, Field(gt=0), Option(
         "seconds for one server call, whole (default 300; the in-process judge has none)",
-        env="RADMATCH_TIMEOUT_S", flag="--timeout")] = 300.0
+        env="RADMATCH_TIMEOUT_S", flag="--timeout", metavar="TIMEOUT")] = 300.0
     retries: Annotated[int, Field(ge=1), Option(
         "attempts per judge call on transient errors (default 3); an answer that does not fit "
         "its schema gets one more try", env="RADMATCH_RETRIES")] = 3
@@ -95,8 +94,8 @@ class JudgeConfig(BaseModel):
     local_model_dir: Annotated[Optional[str], Option(
         "a transformers model folder for the in-process judge", env="RADMATCH_LOCAL_MODEL_DIR")] = None
     cache: Annotated[bool, Option(
-        "the answer cache on disk, read and written (on by default; --no-cache, cache=False "
-        "or RADMATCH_CACHE=0 turn it off)", env="RADMATCH_CACHE", flag="--no-cache")] = True
+        "the answer cache on disk (on by default); --no-cache, cache=False or RADMATCH_CACHE=0: "
+        "do not read or write it", env="RADMATCH_CACHE", flag="--no-cache")] = True
     cache_dir: Annotated[Optional[str], Option(
         "answer cache folder (default ~/.cache/radmatch/judge)", env="RADMATCH_JUDGE_CACHE_DIR",
         metric_name="judge_cache_dir")] = None

@@ -97,7 +97,7 @@ SERVER_LIMITS = Limits(
     findings=None, text=400, evidence=4, quote=400, measurements=8, unit=24, rows=None,
     reasoning=300, errors_per_match=5, indication=2000, exact_grade_length=False,
 )
-# Sized so that the longest JSON these caps allow fits SMALL_MODEL_MAX_TOKENS (config.py):
+# Sized so that the longest JSON these caps allow fits SMALL_MODEL_MAX_TOKENS (below):
 # with SmolLM2's tokenizer a full extraction answer is about 1,100 tokens of 1,700. The
 # caps admit everything the exemplars teach (tests/test_fewshots.py checks it): two quotes
 # for a finding merged from FINDINGS and IMPRESSION (rule 4), two measurements (a value
@@ -108,6 +108,11 @@ SMALL_MODEL_LIMITS = Limits(
     findings=6, text=120, evidence=2, quote=100, measurements=2, unit=16, rows=16,
     reasoning=100, errors_per_match=2, indication=300, exact_grade_length=True,
 )
+# Answer tokens per stage, beside the caps they go with: for a capable served judge, and
+# for a small model. Each stage object holds its own (radmatch_audit.stages.pair_stages);
+# JudgeConfig.max_tokens overrides them per stage.
+SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144}
+SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048}
 
 
 # --------------------------------------------------------------------------- answers

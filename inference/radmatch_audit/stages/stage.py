@@ -18,14 +18,10 @@ from typing import Optional, Sequence
 
 from pydantic import BaseModel
 
-from radmatch_audit.schemas import SERVER_LIMITS, Limits, answer_models, validation_models
+from radmatch_audit.schemas import SERVER_LIMITS, SERVER_MAX_TOKENS, Limits, answer_models, validation_models
 from radmatch_audit.stages.prompt import Prompt, stage_prompt
 from radmatch_audit.vocabulary import STAGES
 
-# Answer tokens per stage: for a capable served judge, and for a small model (sized with
-# SMALL_MODEL_LIMITS in schemas.py). JudgeConfig.max_tokens overrides them per stage.
-SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144}
-SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048}
 # calls on a pair's longest path from each stage's call to its record, that call included
 CHAIN = {stage: len(STAGES) - i for i, stage in enumerate(STAGES)}
 
