@@ -119,7 +119,7 @@ def test_count_grammar_is_bounded_and_prompts_load():
     assert json.dumps(small).count('"maxItems": 8') == 1
     for method in baselines.METHODS:
         assert baselines.load_prompt(method).startswith(f"# Baseline: {method}")
-    with pytest.raises(ValueError, match="unknown baseline"):
+    with pytest.raises(ValueError, match="baseline method must be one of"):
         baselines.load_prompt("guess")
 
 

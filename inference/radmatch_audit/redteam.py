@@ -36,7 +36,7 @@ from typing import Any, Iterable, Optional, Union
 from radmatch_audit.records import Record
 from radmatch_audit.schemas import Finding
 from radmatch_audit.scoring.results import OUTCOMES, SIGNIFICANCE_TIERS
-from radmatch_audit.vocabulary import MODALITIES
+from radmatch_audit.vocabulary import MODALITIES, check_choice
 
 KINDS = ("scored", "finding", "no_finding", "unit", "no_unit", "score",
          "no_evidence_from_section", "attributed", "flag")
@@ -92,12 +92,10 @@ def validate_expectation(exp: Any) -> None:
         raise ValueError(f"{kind}: unknown parameter(s) {sorted(params - _PARAMS[kind])}")
     if _REQUIRED.get(kind, set()) - params:
         raise ValueError(f"{kind}: missing parameter(s) {sorted(_REQUIRED[kind] - params)}")
-    if "side" in exp and exp["side"] not in SIDES:
-        raise ValueError(f"{kind}: side must be one of {list(SIDES)}")
-    if exp.get("field", "any") not in ("text", "evidence", "any"):
-        raise ValueError(f"{kind}: field must be text, evidence or any")
-    if exp.get("status", "normal") not in ("normal", "abnormal"):
-        raise ValueError(f"{kind}: status must be normal or abnormal")
+    if "side" in exp:
+        check_choice(exp["side"], SIDES, f"{kind}: side")
+    check_choice(exp.get("field", "any"), ("text", "evidence", "any"), f"{kind}: field")
+    check_choice(exp.get("status", "normal"), ("normal", "abnormal"), f"{kind}: status")
     for tier in _as_list(exp.get("tier", [])) + _as_list(exp.get("min_tier", [])):
         if tier not in SIGNIFICANCE_TIERS:
             raise ValueError(f"{kind}: {tier!r} is not a tier {list(SIGNIFICANCE_TIERS)}")
@@ -130,8 +128,7 @@ def validate_pair(pair: Any) -> None:
             raise ValueError(f"{key} must be a non-empty string")
     if pair["indication"] is not None and not isinstance(pair["indication"], str):
         raise ValueError("indication must be a string or null")
-    if pair["modality"] not in MODALITIES:
-        raise ValueError(f"modality must be one of {list(MODALITIES)}")
+    check_choice(pair["modality"], MODALITIES, "modality")
     if not isinstance(pair["expect"], list) or not pair["expect"]:
         raise ValueError("expect must be a non-empty list")
     for i, exp in enumerate(pair["expect"]):

@@ -3,6 +3,8 @@
 The scoring core keeps its own result vocabularies (outcomes, tiers, dimensions,
 subsets) in `radmatch_audit.scoring.results`, and the records carry them to the dashboard.
 
+Every "must be one of" message is `check_choice`'s:
+
 >>> check_modality("chest_ct", "the 'modality' parameter")
 'chest_ct'
 >>> check_modality("knee_mri", "pair 7: modality")
@@ -13,7 +15,7 @@ ValueError: pair 7: modality must be one of ['chest_xray', 'chest_ct', 'abdomen_
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Collection, Literal, get_args
 
 from radmatch_audit.thresholds import QUANTITIES
 
@@ -37,8 +39,14 @@ GradedDimension = Literal["location", "severity", "morphology", "certainty", "me
 ErrorSeverity = Literal["major", "minor"]
 
 
+def check_choice(value: Any, allowed: Collection[Any], what: str, error: type[Exception] = ValueError) -> Any:
+    """Return `value` when it is one of `allowed`; otherwise raise `error`:
+    "WHAT must be one of [...]; got VALUE"."""
+    if value not in allowed:
+        raise error(f"{what} must be one of {list(allowed)}; got {value!r}")
+    return value
+
+
 def check_modality(value: object, what: str) -> str:
-    """Return `value` when it names a few-shot set; otherwise raise one ValueError template."""
-    if value not in MODALITIES:
-        raise ValueError(f"{what} must be one of {list(MODALITIES)}; got {value!r}")
-    return value  # type: ignore[return-value]
+    """Return `value` when it names a few-shot set; otherwise raise ValueError."""
+    return check_choice(value, MODALITIES, what)

@@ -6,12 +6,14 @@ blocked tau-b and Pearson r per endpoint, with study-bootstrap intervals.
 
 from radmatch_audit.agreement.annotations import AnnotationError, AnnotationSet, Case, Endpoint
 from radmatch_audit.agreement.stats import agreement, blocked_tau_b, kendall_tau_b, pearson_r
+from radmatch_audit.vocabulary import check_choice
 
 FORMATS = ("radpref", "rexval", "radevalexpert")
 
 
 def load_annotations(path: str, fmt: str = "radpref") -> AnnotationSet:
     """The annotation set at `path`, read as `fmt` (one of FORMATS)."""
+    check_choice(fmt, FORMATS, "The annotation format")
     if fmt == "radpref":
         from radmatch_audit.agreement.radpref import load_radpref
 
@@ -24,7 +26,6 @@ def load_annotations(path: str, fmt: str = "radpref") -> AnnotationSet:
         from radmatch_audit.agreement.radevalexpert import load_radevalexpert
 
         return load_radevalexpert(path)
-    raise ValueError(f"unknown annotation format {fmt!r}; expected one of {list(FORMATS)}")
 
 
 __all__ = [

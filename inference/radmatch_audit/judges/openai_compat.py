@@ -48,6 +48,7 @@ from radmatch_audit.judges.base import (
 )
 from radmatch_audit.judges.endpoints import check_endpoint, check_url
 from radmatch_audit.paths import install_command
+from radmatch_audit.vocabulary import check_choice
 
 BACKENDS = ("vllm", "hosted")
 # margins on the server's measured characters per token: the fixed prompt is text like the
@@ -74,10 +75,8 @@ class OpenAICompatibleJudge:
         thinking: Optional[bool] = None,
         context_window: Optional[int] = None,
         allow_remote: bool = False,
-        session: Any = None,
     ) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"The 'backend' parameter must be one of {list(BACKENDS)}; got {backend!r}")
+        check_choice(backend, BACKENDS, "The 'backend' parameter")
         self.base_url = check_url(base_url)
         check_endpoint(self.base_url, allow_remote=allow_remote)
         try:
@@ -98,8 +97,7 @@ class OpenAICompatibleJudge:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._http = session  # an aiohttp.ClientSession, made on first use unless given
-        self._owns_http = session is None
+        self._http: Any = None  # an aiohttp.ClientSession, made on first use
         self._fixed: dict[str, Any] = {"model": model, "temperature": temperature}
         if thinking is not None:
             self._fixed["chat_template_kwargs"] = {"enable_thinking": thinking}
@@ -357,7 +355,7 @@ class OpenAICompatibleJudge:
         self.settings = {**self.settings, **{k: v for k, v in known.items() if v is not None}}
 
     async def aclose(self) -> None:
-        if self._http is not None and self._owns_http:
+        if self._http is not None:
             await self._http.close()
             self._http = None
 

@@ -25,6 +25,7 @@ from radmatch_audit.records import PairInput
 from radmatch_audit.stages.exemplars import read_prompt
 from radmatch_audit.stages.prompt import Prompt
 from radmatch_audit.stages.stage import JudgeStage, Rows
+from radmatch_audit.vocabulary import check_choice
 
 METHODS = ("count", "enumerate")
 MAX_COUNT = 99  # the count grammar admits 0..MAX_COUNT
@@ -59,8 +60,7 @@ def enumerate_model(max_items: Optional[int], max_chars: Optional[int]) -> type[
 
 def load_prompt(method: str) -> str:
     """The instructions of a baseline (prompts/baselines/<method>.md)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown baseline method {method!r}; expected one of {list(METHODS)}")
+    check_choice(method, METHODS, "The baseline method")
     return read_prompt(f"baselines/{method}.md")
 
 

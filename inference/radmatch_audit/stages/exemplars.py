@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from radmatch_audit.schemas import ANSWER_MODELS, CANONICAL
-from radmatch_audit.vocabulary import MODALITIES, STAGES
+from radmatch_audit.vocabulary import MODALITIES, STAGES, check_choice
 
 __all__ = [
     "ANSWER_MODELS",
@@ -57,14 +57,6 @@ _INPUT_KEYS: dict[str, frozenset[str]] = {
 
 class FewshotError(ValueError):
     """An exemplar file is missing, malformed, or an exemplar fails its answer model."""
-
-
-def _check_choice(name: str, value: str, allowed: tuple[str, ...], func: str) -> None:
-    if value not in allowed:
-        raise ValueError(
-            f"The '{name}' parameter of {func} must be one of {list(allowed)}; "
-            f"got {value!r} instead."
-        )
 
 
 def fewshot_dir() -> Path:
@@ -103,7 +95,7 @@ def read_prompt(name: str) -> str:
 
 def load_instructions(stage: str) -> str:
     """The instruction text (Markdown) of one stage."""
-    _check_choice("stage", stage, STAGES, "load_instructions")
+    check_choice(stage, STAGES, "The 'stage' parameter of load_instructions")
     return read_prompt(f"{stage}.md")
 
 
@@ -163,8 +155,8 @@ def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
     FewshotError naming the file and the exemplar index. An exemplar's `expected`
     is not returned (it is for the tests, not for the model).
     """
-    _check_choice("modality", modality, MODALITIES, "load_exemplars")
-    _check_choice("stage", stage, STAGES, "load_exemplars")
+    check_choice(modality, MODALITIES, "The 'modality' parameter of load_exemplars")
+    check_choice(stage, STAGES, "The 'stage' parameter of load_exemplars")
     path = fewshot_dir() / modality / f"{stage}.json"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
