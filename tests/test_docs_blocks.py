@@ -7,7 +7,7 @@ HTML comment just before its fence, `<!-- docs-test: skip (needs a GPU server) -
 and `<!-- docs-test: slow (...) -->` keeps a long block (a benchmark) to the slow run.
 
 Per document, in a temporary working folder (a copy of examples/, redteam/ and
-tests/data/; the repository's .venv, scripts/ and fewshots/ linked in, read only): the
+tests/data/; the repository's .venv and scripts/ linked in): the
 shell blocks run in order with `bash -e`, .venv/bin first on PATH, then the Python
 blocks run top to bottom in one interpreter, as docs/metric.md promises. The
 environment is offline with a throw-away Hugging Face home. The judge:
@@ -47,7 +47,7 @@ INERT = {"json", "text"}
 FENCE = re.compile(r"^```(?P<lang>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 MARKER = re.compile(r"<!-- docs-test: (?P<kind>skip|slow) \((?P<why>[^)]+)\) -->\s*\Z")
 COPIED = ("examples", "redteam", "tests/data")  # blocks may write beside these
-LINKED = (".venv", "scripts", "fewshots", "inference")
+LINKED = (".venv", "scripts")  # `.venv/bin/python scripts/...` as the README writes it
 CLOSED_URL = "http://127.0.0.1:9/v1"  # loopback discard port: connection refused at once
 STUB_MODEL = "stub-judge"
 MAX_SKIPPED = 12  # the skip list stays short: raise it only with a reason in the doc
