@@ -1,19 +1,19 @@
-"""`radmatch-audit evaluate` over JSONL, CSV and a saved `datasets` folder, against a loopback server."""
+"""`radmatch-audit evaluate` over JSONL, CSV and a saved `datasets` folder, against a loopback server.
 
-import ast
+The package's import rules (purity of the scoring core, public API, no heavy import) are
+in test_architecture.py."""
+
 import csv
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from radmatch_audit import read_records
 from radmatch_audit.testing.fake_server import StubServer
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = [
     {"id": "a", "ref": "FINDINGS: Small left pleural effusion. No pneumothorax.",
      "cand": "FINDINGS: Small left pleural effusion. No pneumothorax.", "ind": "Dyspnea."},
@@ -108,50 +108,3 @@ def test_public_endpoint_is_refused_before_any_request(tmp_path):
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2
     assert "refusing to send report text" in proc.stderr and "--allow-remote-endpoint" in proc.stderr
-
-
-def test_scoring_core_is_pure():
-    """The scoring package imports no I/O, network, clock or randomness module."""
-    banned = {"os", "io", "socket", "time", "random", "datetime", "subprocess", "pathlib", "httpx",
-              "openai", "outlines", "torch", "transformers", "requests", "urllib", "logging"}
-    package = REPO / "inference" / "radmatch_audit"
-    # control_strings: attribution reads a quote of a defanged marker as the report's own
-    # text (docs/judge.md rule 18); records and scores: score_record reads and writes the
-    # record format, which embeds the score types. They are held to the same purity as the core.
-    below = ("control_strings.py", "records.py", "scores.py")
-    for path in [*(package / "scoring").glob("*.py"), *(package / name for name in below)]:
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name.split(".")[0] for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module.split(".")[0]]
-            assert not banned & set(names), f"{path.name} imports {banned & set(names)}"
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("radmatch_audit."):
-                # radmatch_audit.thresholds: the clinical threshold table, read once at import
-                allowed = ("radmatch_audit.scoring", "radmatch_audit.schemas", "radmatch_audit.thresholds",
-                           "radmatch_audit.control_strings", "radmatch_audit.records", "radmatch_audit.scores",
-                           "radmatch_audit.vocabulary")
-                assert node.module.startswith(allowed), node.module
-
-
-def test_public_api():
-    import radmatch_audit
-
-    assert sorted(radmatch_audit.__all__) == sorted(
-        ["CorpusSummary", "Evaluator", "JudgeConfig", "PairInput", "Record", "evaluate_pairs",
-         "read_records", "score_pair", "score_record", "summarize"]
-    )
-    from radmatch_audit import config, corpus, pipeline, record_io, records, recompute, scoring
-
-    homes = {"CorpusSummary": corpus, "Evaluator": pipeline, "JudgeConfig": config, "PairInput": records,
-             "Record": records, "evaluate_pairs": pipeline, "read_records": record_io, "score_pair": scoring,
-             "score_record": scoring, "summarize": corpus}
-    for name in radmatch_audit.__all__:  # each public name is the object its module defines
-        assert getattr(radmatch_audit, name) is getattr(homes[name], name), name
-    assert recompute.score_record is scoring.score_record  # its former home re-exports it
-    heavy = subprocess.run([sys.executable, "-c", "import sys, radmatch_audit; print(sorted(m for m in "
-                            "('torch','transformers','outlines','openai') if m in sys.modules))"],
-                           capture_output=True, text=True, timeout=60)
-    assert heavy.stdout.strip() == "[]"  # heavy imports wait until a judge is built
