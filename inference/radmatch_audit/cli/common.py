@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Union
 
 from radmatch_audit.corpus import CorpusSummary, format_summary
+from radmatch_audit.reading import judge_label
 from radmatch_audit.record_io import BadLine, loads, same_file
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
@@ -154,11 +155,9 @@ class JudgedSummary(CorpusSummary):
 
     def add(self, record) -> None:
         super().add(record)
-        judge = record.judge
-        if judge.backend or judge.model:
-            loaded = judge.loaded_model
-            weights = f" ({loaded})" if loaded and loaded != judge.model else ""
-            self.judges.add(f"{judge.backend or '?'}/{judge.model or '?'}{weights}")
+        label = judge_label(record.judge, weights=True)
+        if label:
+            self.judges.add(label)
 
 
 def print_summary(summary: CorpusSummary, *, as_json: bool) -> None:

@@ -19,31 +19,17 @@ from radmatch_audit.resampling import N_RESAMPLES, SEED
 
 def _read(path: str) -> tuple[list[Record], int, set[str]]:
     """Records of a records file (or SystemExit with the CLI's message), bad lines, judges."""
-    from radmatch_audit.record_io import BadLine, iter_lines
-    from radmatch_audit.recompute import ensure_scored
+    from radmatch_audit.reading import read_file
 
-    records: list[Record] = []
-    bad: list[BadLine] = []
-    judges: set[str] = set()
     with open_input(path) as src:
         try:
-            for line_no, item in iter_lines(checked_lines(src, path)):
-                if not isinstance(item, BadLine):
-                    try:
-                        records.append(ensure_scored(item))
-                        judge = item.judge
-                        if judge.backend or judge.model:
-                            judges.add(f"{judge.backend or '?'}/{judge.model or '?'}")
-                        continue
-                    except ValueError as exc:
-                        item = BadLine(line_no, str(exc), "")
-                bad.append(item)
+            read = read_file(checked_lines(src, path))
         except UnicodeDecodeError:
             raise SystemExit(fail(f"cannot read {path}: it is not UTF-8 text"))
-    report_bad(path, bad)
-    if not records:
+    report_bad(path, read.bad)
+    if not read.records:
         raise SystemExit(no_record_read(path))
-    return records, len(bad), judges
+    return read.records, len(read.bad), read.judges()
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -106,7 +106,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints: dict[str, bytes]) -> CorpusSummary:
     from radmatch_audit.progress import progress_bar
-    from radmatch_audit.record_io import BadLine, RecordWriter, iter_lines
+    from radmatch_audit.reading import RecordReader
+    from radmatch_audit.record_io import RecordWriter
     from radmatch_audit.records import failed_input
 
     summary = CorpusSummary(streaming=True)
@@ -148,10 +149,8 @@ def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints:
         finally:
             progress.close()
     if writer.done:  # the summary covers the input's pairs in the file, resumed ones included
-        summary = CorpusSummary(streaming=True)
-        for _, record in iter_lines(args.output):
-            if not isinstance(record, BadLine) and record.pair_id in fingerprints:
-                summary.add(record)
+        records = RecordReader(args.output)
+        summary = CorpusSummary(streaming=True).extend(r for r in records if r.pair_id in fingerprints)
     return summary
 
 
@@ -172,12 +171,7 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
                    "(pairs whose judge failed, or whose input row changed, are evaluated "
                    "again; records of pairs no longer in INPUT stay but are not counted)")
     add_pairs_arguments(p, "evaluate only the first N rows")
-    j = add_judge_arguments(p, "judge (defaults from RADMATCH_* variables)")
-    j.add_argument("--modality", help="few-shot set: chest_xray (default), chest_ct, "
-                   "abdomen_pelvis_ct, head_ct, brain_mri")
-    j.add_argument("--samples", type=int, metavar="K",
-                   help="run the stages K times per pair and store every sample, to see how "
-                   "stable a score is (default 1; use with --temperature above 0)")
+    add_judge_arguments(p, "judge (defaults from RADMATCH_* variables)", run_options=True)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_evaluate)

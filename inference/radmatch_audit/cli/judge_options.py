@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Literal, get_args, get_origin
 
 if TYPE_CHECKING:
     from radmatch_audit.config import JudgeConfig
@@ -40,52 +40,41 @@ def pair_rows(args: argparse.Namespace) -> Iterator[tuple[str, str, object]]:
         yield (item.pair_id or str(position)), where, item
 
 
-def add_judge_arguments(parser: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
-    """The judge's options, shared by every command that asks a judge; see `judge_config`."""
+def add_judge_arguments(parser: argparse.ArgumentParser, title: str, *,
+                        run_options: bool = False) -> argparse._ArgumentGroup:
+    """The judge's flags, generated from JudgeConfig's fields (each field's `Option`: flag,
+    help); `run_options` adds those of a run of `evaluate` (--modality, --samples).
+    Every flag's default is None: unset, the RADMATCH_* variable or the field's default holds."""
+    from radmatch_audit.config import JudgeConfig
+
     j = parser.add_argument_group(title)
-    j.add_argument("--backend", choices=["auto", "vllm", "hosted", "transformers"])
-    j.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1; "
-                   "several comma-separated servers of the same model share the calls")
-    j.add_argument("--model", help="served model name (default radmatch-judge)")
-    j.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key "
-                   "(default RADMATCH_API_KEY); the key itself is never a flag")
-    j.add_argument("--allow-remote-endpoint", action="store_true",
-                   help="allow sending report text to a non-local endpoint, or through a proxy "
-                   "named by HTTP_PROXY/ALL_PROXY (ignored without this)")
-    j.add_argument("--concurrency", type=int,
-                   help="judge calls in flight (default 32 per server, 1 for the in-process judge); "
-                   "a few more pairs than that are held open so that the judge never waits")
-    j.add_argument("--timeout", type=float,
-                   help="seconds for one server call, whole (default 300; the in-process judge has none)")
-    j.add_argument("--retries", type=int, help="attempts per judge call on transient errors (default 3); "
-                   "an answer that does not fit its schema gets one more try")
-    j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
-                   help="turn a reasoning model's thinking on or off (server default if unset)")
-    j.add_argument("--context-window", type=int, help="judge context in tokens, for the budget")
-    j.add_argument("--temperature", type=float,
-                   help="sampling temperature of the judge (default 0: greedy)")
-    j.add_argument("--decoding", choices=["auto", "server", "small_model"],
-                   help="list caps and token budgets: small_model for a small served model "
-                   "(default auto: small_model in process, server otherwise)")
-    j.add_argument("--local-model-dir", help="a transformers model folder for the in-process judge")
-    j.add_argument("--no-cache", action="store_true", help="do not read or write the answer cache")
-    j.add_argument("--cache-dir", help="answer cache folder (default ~/.cache/radmatch/judge)")
+    for name, option in JudgeConfig.options().items():
+        if option.flag is None or (option.evaluate_only and not run_options):
+            continue
+        flag = option.flag or "--" + name.replace("_", "-")
+        j.add_argument(flag, dest=name, default=None, help=option.help,
+                       **_flag_kind(JudgeConfig.model_fields[name], option))
     return j
 
 
+def _flag_kind(field, option) -> dict:
+    """argparse's action, type, choices and metavar for a field, from its type."""
+    kind = next((t for t in get_args(field.annotation) if t is not type(None)), field.annotation)
+    if field.annotation is bool:  # a switch that sets the field to the other value than its default
+        return {"action": "store_false" if field.default else "store_true"}
+    if kind is bool:  # Optional[bool]: --x / --no-x, unset leaves it to the server
+        return {"action": argparse.BooleanOptionalAction}
+    if get_origin(kind) is Literal or get_origin(field.annotation) is Literal:
+        values = get_args(kind if get_origin(kind) is Literal else field.annotation)
+        return {"choices": list(values)} if option.choices else {"metavar": option.metavar}
+    return {"type": kind if kind in (int, float) else str, "metavar": option.metavar}
+
+
 def judge_config(args: argparse.Namespace) -> "JudgeConfig":
-    """The JudgeConfig of `add_judge_arguments`' options over the RADMATCH_* variables."""
+    """The JudgeConfig of `add_judge_arguments`' flags (those given) over the RADMATCH_* variables."""
     from radmatch_audit.config import JudgeConfig
 
-    return JudgeConfig.from_env(
-        backend=args.backend, base_url=args.base_url, model=args.model,
-        api_key_env=args.api_key_env, allow_remote_endpoint=args.allow_remote_endpoint or None,
-        timeout_s=args.timeout, retries=args.retries, thinking=args.thinking,
-        context_window=args.context_window, local_model_dir=args.local_model_dir,
-        concurrency=args.concurrency, cache=False if args.no_cache else None,
-        cache_dir=args.cache_dir, decoding=args.decoding, temperature=args.temperature,
-        modality=getattr(args, "modality", None), samples=getattr(args, "samples", None),
-    )
+    return JudgeConfig.from_env(**{name: getattr(args, name, None) for name in JudgeConfig.model_fields})
 
 
 def note_small_judge(config: "JudgeConfig") -> None:

@@ -11,28 +11,20 @@ from radmatch_audit.cli.common import (
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from radmatch_audit.record_io import BadLine, iter_lines
-    from radmatch_audit.recompute import ensure_scored
+    from radmatch_audit.reading import RecordReader
 
     summary = JudgedSummary()
-    bad: list[BadLine] = []
     with open_input(args.input) as src:
+        records = RecordReader(checked_lines(src, args.input))
         try:
-            for line_no, item in iter_lines(checked_lines(src, args.input)):
-                if not isinstance(item, BadLine):
-                    try:
-                        summary.add(ensure_scored(item))
-                        continue
-                    except ValueError as exc:
-                        item = BadLine(line_no, str(exc), "")
-                bad.append(item)
+            summary.extend(records)
         except UnicodeDecodeError:
             return fail(f"cannot read {args.input}: it is not UTF-8 text")
-    report_bad(args.input, bad)
-    if nothing_but_junk(bad, summary):
+    report_bad(args.input, records.bad)
+    if nothing_but_junk(records.bad, summary):
         return no_record_read(args.input)
     print_summary(summary, as_json=args.json)
-    return EXIT_SOME_FAILED if bad else EXIT_OK
+    return EXIT_SOME_FAILED if records.bad else EXIT_OK
 
 
 def add_summary_parser(sub: argparse._SubParsersAction) -> None:
