@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from radmatch_audit.schemas import SERVER_MAX_TOKENS, SMALL_MODEL_MAX_TOKENS
 from radmatch_audit.vocabulary import DEFAULT_MODALITY, MODALITIES, Modality
 
 Backend = Literal["auto", "vllm", "hosted", "transformers"]
@@ -28,8 +29,6 @@ DEFAULT_SERVED_MODEL = "radmatch-judge"
 # Judge calls in flight per server by default: enough to fill a vLLM batch on one
 # workstation (the paper ran 15 workers) without queueing far ahead of it.
 SERVER_CONCURRENCY = 32
-SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144}
-SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048}
 
 
 
