@@ -1,21 +1,22 @@
 """The judge a `JudgeConfig` names, built beside the backends it chooses from.
 
 Heavy imports (torch, transformers, openai) happen in `build_judge`, never at import.
+The config is read by its fields only, so that this module imports nothing of
+`radmatch_audit.config` (whose `JudgeConfig.build_judge()` calls it): no loop.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from radmatch_audit.config import JudgeConfig
-    from radmatch_audit.judges.base import Judge
+from radmatch_audit.judges.base import Judge
 
 
-def build_judge(config: "JudgeConfig") -> "Judge":
-    """The in-process judge, one server's judge, or a pool over several servers."""
+def build_judge(config: Any) -> Judge:
+    """The judge `config` (a `radmatch_audit.config.JudgeConfig`) names: the in-process
+    judge, one server's judge, or a pool over several servers."""
     backend = config.resolved_backend
     if backend == "transformers":
         from radmatch_audit.judges.local import LocalTransformersJudge
