@@ -93,11 +93,11 @@ def test_unreachable_server_stops_the_run_before_any_record(tmp_path):
     out = tmp_path / "records.jsonl"
     out.write_text("earlier records\n")
     env = {**os.environ, "RADMATCH_BASE_URL": "http://127.0.0.1:9/v1"}
-    proc = subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "evaluate", str(src), "-o", str(out), "-q"],
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "evaluate", str(src), "-o", str(out), "-q",
+                           "--force"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2
     assert "cannot reach the judge server at http://127.0.0.1:9/v1" in proc.stderr
-    assert out.read_text() == "earlier records\n"  # a refused run touches no output
+    assert out.read_text() == "earlier records\n"  # a refused run touches no output, even with --force
 
 
 def test_public_endpoint_is_refused_before_any_request(tmp_path):

@@ -165,7 +165,7 @@ def is_regular_or_new(path: Union[str, Path]) -> bool:
         return True
 
 
-def open_private(path: Union[str, Path], mode: str) -> TextIO:
+def open_private(path: Union[str, Path], mode: str, buffering: int = -1) -> TextIO:
     """Open a text file for writing ("w" or "a"), created owner-only (0600).
 
     Only a regular file is made owner-only: an output that is a device (/dev/null) or a
@@ -175,7 +175,7 @@ def open_private(path: Union[str, Path], mode: str) -> TextIO:
     fd = os.open(path, flags, PRIVATE_FILE_MODE)
     if mode == "w" and stat.S_ISREG(os.fstat(fd).st_mode):
         os.fchmod(fd, PRIVATE_FILE_MODE)  # an existing file is rewritten private too
-    return os.fdopen(fd, mode, encoding="utf-8")
+    return os.fdopen(fd, mode, buffering=buffering, encoding="utf-8")
 
 
 def pair_fingerprint(reference: Any, candidate: Any, indication: Any, modality: Any) -> bytes:

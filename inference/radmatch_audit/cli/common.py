@@ -2,7 +2,8 @@
 
 Exit codes: 0 all went well; 1 some lines or pairs failed (the rest were processed);
 2 the command could not run (bad arguments, unreadable file, bad configuration, a
-file that is not a records file); 130 interrupted; 141 (128 + SIGPIPE) the reader of
+file that is not a records file); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM,
+during `evaluate`: cli.interrupt); 141 (128 + SIGPIPE) the reader of
 the output went away (`radmatch-audit ... | head`), which is left quiet.
 """
 
@@ -55,6 +56,12 @@ def output_problem(output: Union[str, Path], input_path: str, *, folder: bool = 
         return (f"the output {output} is the input file {input_path} (the same file, "
                 "maybe under another name or a hard link); name another file")
     return None
+
+
+def note_replacing(output: Union[str, Path]) -> None:
+    """Say that an existing regular file at `output` is about to be replaced."""
+    if Path(output).is_file():
+        print(f"note: replacing {output}, which exists", file=sys.stderr)
 
 
 def not_records(path: str, detail: str) -> str:
@@ -160,12 +167,20 @@ class JudgedSummary(CorpusSummary):
             self.judges.add(label)
 
 
-def print_summary(summary: CorpusSummary, *, as_json: bool) -> None:
+def print_summary(summary: CorpusSummary, *, as_json: bool, judge: Optional[dict] = None) -> None:
+    """The summary; `judge` (judge_notice.judge_identity of the run's judge) is named
+    after it, or under "judge" in the JSON."""
+    from radmatch_audit.judge_notice import describe
+
     data = summary.to_dict()
     judges = getattr(summary, "judges", None)
     if judges is not None:
         data["judges"] = sorted(judges)
+    if judge is not None:
+        data["judge"] = judge
     if as_json:
         print(json.dumps(data, indent=2))
     else:
         print(format_summary(data))
+        if judge is not None:
+            print(describe(judge))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from radmatch_audit.cli.common import EXIT_OK, check_records_file, fail
+from radmatch_audit.cli.common import EXIT_OK, check_records_file, fail, note_replacing
 
 
 def add_dashboard_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -24,7 +24,9 @@ def add_dashboard_parser(subparsers: argparse._SubParsersAction) -> argparse.Arg
     )
     parser.add_argument("records", help="records file (JSONL) written by radmatch")
     parser.add_argument(
-        "-o", "--output", default="report.html", help="HTML file to write (default: report.html)"
+        "-o", "--output", default="report.html",
+        help="HTML file to write, owner-only: it quotes the reports (default: report.html; "
+        "replaced, with a note, when it exists)",
     )
     parser.add_argument(
         "--compare",
@@ -52,6 +54,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
             return fail(problem)
         if same_file(args.output, path):  # by device and inode: a hard link is the same file
             return fail(f"the output {args.output} is the input file {path}; name another file")
+    note_replacing(args.output)
     try:
         result = build_dashboard(args.records, args.output, compare_path=args.compare)
     except UnicodeDecodeError:

@@ -4,16 +4,19 @@ Order of work, so that a mistake costs nothing: the options, the input file (rea
 once through, ids and bad rows only), the output folder, the judge (loaded, then
 checked once), and only then the output file is opened. Records stream: each is
 written and flushed as its pair finishes; `--resume` keeps what an interrupted run
-wrote and evaluates the rest.
+wrote and evaluates the rest. An existing OUT is never replaced unasked: `--resume`
+keeps it, `--force` replaces it. Ctrl-C or SIGTERM stops at once (`cli.interrupt`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Iterator, Optional
 
 from radmatch_audit.cli.common import EXIT_OK, EXIT_SOME_FAILED, fail, output_problem, print_summary
+from radmatch_audit.cli.interrupt import RunStopper
 from radmatch_audit.cli.judge_options import (
     add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
 )
@@ -61,7 +64,24 @@ def _is_pair(item: object) -> bool:
     return isinstance(item, PairInput)
 
 
+def existing_output(output: str, *, resume: bool, force: bool) -> Optional[str]:
+    """Why OUT must not be written as asked: it holds records and neither --resume
+    (keep them) nor --force (replace them) was given; None when it may be."""
+    path = Path(output)
+    if resume or force or not path.is_file() or path.stat().st_size == 0:
+        return None
+    return (f"{output} exists and holds records: add --resume to keep them and evaluate "
+            "the rest, or --force to replace it")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    stopper = RunStopper("radmatch-audit: interrupted before any record was written")
+    with stopper.installed():
+        return _evaluate(args, stopper)
+
+
+def _evaluate(args: argparse.Namespace, stopper: RunStopper) -> int:
+    from radmatch_audit.judge_notice import judge_identity
     from radmatch_audit.judges.base import JudgeUnavailable
     from radmatch_audit.pipeline import Evaluator, freeze_setup_heap
     from radmatch_audit.record_io import RecordsWriteError
@@ -71,7 +91,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         rows, bad, fingerprints = _scan(args, config.modality)
     except (ValueError, OSError) as exc:  # InputError is a ValueError
         return fail(str(exc))
-    problem = output_problem(args.output, args.input)
+    problem = output_problem(args.output, args.input) or existing_output(
+        args.output, resume=args.resume, force=args.force)
     if problem:
         return fail(problem)
     if rows == 0:
@@ -93,18 +114,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         except JudgeUnavailable as exc:
             return fail(str(exc))
         freeze_setup_heap()  # this process is ours: no full GC pass re-scans the setup
+        judge = judge_identity(evaluator.judge)
         try:
-            summary = _write_records(args, evaluator, rows, fingerprints)
+            summary = _write_records(args, evaluator, rows, fingerprints, stopper)
         except RecordsWriteError as exc:
             return fail(str(exc))
-    print_summary(summary, as_json=args.json)
+    print_summary(summary, as_json=args.json, judge=judge)
     failed = summary.to_dict()["n_failed"]
     if failed:
         print(f"{failed} pair(s) failed; their records carry the reason", file=sys.stderr)
     return EXIT_SOME_FAILED if failed else EXIT_OK
 
 
-def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints: dict[str, bytes]) -> CorpusSummary:
+def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints: dict[str, bytes],
+                   stopper: RunStopper) -> CorpusSummary:
     from radmatch_audit.progress import progress_bar
     from radmatch_audit.reading import RecordReader
     from radmatch_audit.record_io import RecordWriter
@@ -112,6 +135,7 @@ def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints:
 
     summary = CorpusSummary(streaming=True)
     with RecordWriter(args.output, resume=args.resume, inputs=fingerprints) as writer:
+        stopper.message = f"interrupted; records so far are in {args.output}: add --resume to go on"
         resumed = writer.resumed
         if writer.done:
             print(f"resuming: {len(writer.done)} pair(s) of {args.output} are done", file=sys.stderr)
@@ -124,12 +148,15 @@ def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints:
                   f"pairs not in {args.input}; they stay in the file but are not counted "
                   "in this summary", file=sys.stderr)
         progress = progress_bar(rows - len(writer.done), quiet=args.quiet)
+        failed = [0]  # bad input rows included: the bar counts every failed record
 
+        @stopper.guard  # a signal waits for the record being written, then ends the run
         def on_record(record) -> None:
             writer.write(record)
             summary.add(record)
+            failed[0] += record.error is not None
             progress.update(1)
-            progress.set_postfix(pairs_per_s=f"{evaluator.stats.pairs_per_s:.3g}", failed=evaluator.stats.failed)
+            progress.set_postfix(pairs_per_s=f"{evaluator.stats.pairs_per_s:.3g}", failed=failed[0])
 
         def jobs() -> Iterator[tuple[str, object, Optional[str]]]:
             for pair_id, where, item in pair_rows(args):
@@ -142,10 +169,6 @@ def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints:
 
         try:
             evaluator.run(jobs(), on_record=on_record)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; records so far are in {args.output}: add --resume to go on",
-                  file=sys.stderr)
-            raise
         finally:
             progress.close()
     if writer.done:  # the summary covers the input's pairs in the file, resumed ones included
@@ -170,6 +193,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep the complete records already in OUT and evaluate only the rest "
                    "(pairs whose judge failed, or whose input row changed, are evaluated "
                    "again; records of pairs no longer in INPUT stay but are not counted)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT when it exists (without --resume or --force an existing "
+                   "OUT with records is refused)")
     add_pairs_arguments(p, "evaluate only the first N rows")
     add_judge_arguments(p, "judge (defaults from RADMATCH_* variables)", run_options=True)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

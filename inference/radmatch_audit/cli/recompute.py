@@ -6,12 +6,13 @@ import argparse
 
 from radmatch_audit.cli.common import (
     EXIT_OK, EXIT_SOME_FAILED, WRITE_BUFFER, JudgedSummary, checked_lines, fail, no_record_read,
-    nothing_but_junk, open_input, output_problem, print_summary, report_bad,
+    note_replacing, nothing_but_junk, open_input, output_problem, print_summary, report_bad,
 )
 
 
 def cmd_recompute(args: argparse.Namespace) -> int:
     from radmatch_audit.recompute import recompute_lines
+    from radmatch_audit.record_io import open_private
 
     summary = JudgedSummary()
     problem = output_problem(args.output, args.input, folder=False)
@@ -19,8 +20,9 @@ def cmd_recompute(args: argparse.Namespace) -> int:
         return fail(problem)
     with open_input(args.input) as src:
         lines = checked_lines(src, args.input)  # before OUT is created
-        try:
-            dst = open(args.output, "w", encoding="utf-8", buffering=WRITE_BUFFER)
+        note_replacing(args.output)
+        try:  # owner-only, as records: they hold report text
+            dst = open_private(args.output, "w", buffering=WRITE_BUFFER)
         except OSError as exc:
             return fail(f"cannot write {args.output}: {exc.strerror}")
         try:
@@ -43,6 +45,8 @@ def add_recompute_parser(sub: argparse._SubParsersAction) -> None:
         "stages, without any judge, write them to OUT and print the corpus summary.",
     )
     p.add_argument("input", metavar="IN.jsonl")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl",
+                   help="records with the re-derived scores, written owner-only (replaced, "
+                   "with a note, when it exists)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_recompute)

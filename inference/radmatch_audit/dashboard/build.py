@@ -103,7 +103,10 @@ def build_dashboard(
     }
     page = render_page(data, title=f"RadMatch audit: {Path(records_path).name}")
     out = Path(output_path)
-    out.write_text(page, encoding="utf-8")
+    from radmatch_audit.record_io import open_private
+
+    with open_private(out, "w") as handle:  # owner-only: the page quotes the reports
+        handle.write(page)
     return {
         "summary": summary,
         "compare_summary": compare_summary,
