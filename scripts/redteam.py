@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from radmatch_audit import Evaluator, JudgeConfig, PairInput, read_records
+from radmatch_audit import Evaluator, PairInput, read_records
+from radmatch_audit.cli.judge_options import add_judge_arguments, judge_config
 from radmatch_audit.redteam import PairResult, check_records, load_pairs
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "redteam" / "pairs.jsonl"
@@ -34,16 +35,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--records", metavar="RECORDS.jsonl", help="check these records instead of running a judge")
     p.add_argument("--limit", type=int, help="run only the first N pairs")
     p.add_argument("--pair", action="append", metavar="ID", help="run only this pair (repeatable)")
-    j = p.add_argument_group("judge (as radmatch-audit evaluate; RADMATCH_* variables apply)")
-    j.add_argument("--base-url", help="OpenAI-compatible server; without one, the embedded CPU judge")
-    j.add_argument("--model", help="served model name (default radmatch-judge)")
-    j.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key")
-    j.add_argument("--backend", choices=["auto", "vllm", "hosted", "transformers"])
-    j.add_argument("--decoding", choices=["auto", "server", "small_model"])
-    j.add_argument("--concurrency", type=int)
-    j.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None)
-    j.add_argument("--local-model-dir", help="a transformers model folder for the in-process judge")
-    j.add_argument("--no-cache", action="store_true", help="do not read or write the answer cache")
+    add_judge_arguments(p, "judge (as radmatch-audit evaluate; RADMATCH_* variables apply)")
     args = p.parse_args(argv)
     if bool(args.records) == bool(args.output):
         p.error("give either -o RECORDS (run the judge) or --records RECORDS (check only)")
@@ -66,11 +58,7 @@ def run_judge(pairs: list[dict], args: argparse.Namespace) -> None:
     from radmatch_audit.judges.base import JudgeUnavailable
     from radmatch_audit.record_io import RecordWriter
 
-    config = JudgeConfig.from_env(
-        base_url=args.base_url, model=args.model, api_key_env=args.api_key_env, backend=args.backend,
-        decoding=args.decoding, concurrency=args.concurrency, thinking=args.thinking,
-        local_model_dir=args.local_model_dir, cache=False if args.no_cache else None,
-    )
+    config = judge_config(args)
     if config.is_small_local_model:
         print("note: no judge server configured; the embedded SmolLM2-135M judge runs on the CPU "
               "(minutes per pair). It checks the plumbing: its pass rate means nothing.", file=sys.stderr)
