@@ -92,7 +92,9 @@ def test_baselines_and_agreement_end_to_end(server, tmp_path, capsys):
     assert main(["agreement", str(outputs["count"]), "--annotations", str(RADPREF),
                  "--resamples", "100"]) == 0
     table = capsys.readouterr().out
-    assert "| clinically significant errors | count (stub-judge) | 22 |" in table
+    # 22 pairs; marked † when its intervals rest on fewer than 10 studies (blocks)
+    assert any(row.startswith("| clinically significant errors | count (stub-judge) | 22 ")
+               for row in table.splitlines())
 
 
 def test_a_failed_baseline_call_leaves_a_failed_record(tmp_path, capsys):
