@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -104,6 +104,8 @@ def test_prefix_reuse_gives_the_logits_of_a_full_prefill(judge):
 
 
 class Verdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # as RadMatch's answer models: no other keys
+
     label: Literal["normal", "abnormal", "uncertain", "critical"]
     urgent: bool
     side: Literal["left", "right", "both", "none"]
@@ -112,10 +114,58 @@ class Verdict(BaseModel):
 def test_prefix_reuse_gives_the_answer_of_a_full_prefill(judge, monkeypatch):
     msgs = messages("Say whether the finding is abnormal, and on which side.")
     reused = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
-    monkeypatch.setattr(judge, "_prefilled", lambda m: {})  # a full prefill every call
+    monkeypatch.setattr(judge, "_prefilled", lambda m, times=None: {})  # a full prefill every call
     full = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
     assert reused.text == full.text  # greedy: the same logits give the same answer
     assert reused.text.startswith('{"label"')
+
+
+def test_a_generation_leaves_the_stored_prefix_as_it_was(judge):
+    """Calls share the prefix's tensors (no copy per call): a generation must not grow them."""
+    msgs = messages("Say whether the finding is abnormal, and on which side.")
+    first = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
+    (ids, cache), = [v for k, v in judge._prefixes.items() if "on which side" in k]
+    assert cache.get_seq_length() == ids.shape[1]
+    assert asyncio.run(judge.generate(msgs, Verdict, max_tokens=40)).text == first.text
+    assert cache.get_seq_length() == ids.shape[1]
+    timing = judge.last_call
+    assert timing.completion_tokens > 0 and timing.prefix_tokens == ids.shape[1]
+
+
+def test_the_answer_has_no_whitespace_between_json_tokens(judge):
+    text = asyncio.run(judge.generate(messages("Say it."), Verdict, max_tokens=40)).text
+    assert Verdict.model_validate_json(text)
+    assert json.dumps(json.loads(text), separators=(",", ":")) == text
+
+
+def test_a_prefix_prefilled_by_an_earlier_judge_is_read_from_disk(bos_model_dir, tmp_path, monkeypatch):
+    msgs = messages("Instructions kept on disk.")
+    first = LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=tmp_path)
+    first.prefill(msgs)
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1
+    later = LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=tmp_path)
+    monkeypatch.setattr(later._hf_model, "forward", None)  # any prefill would fail
+    from_disk = later._prefilled(msgs)["cache"]
+    monkeypatch.undo()
+    full = later._encode(later.prompt_text(msgs))
+    n = from_disk.get_seq_length()
+    with torch.inference_mode():
+        reused = later._hf_model(input_ids=full[:, n:], cache=from_disk).logits[0, -1]
+        fresh = later._hf_model(input_ids=full).logits[0, -1]
+    assert torch.allclose(reused, fresh, atol=1e-4)
+
+
+def test_a_stored_prefix_of_other_tokens_is_not_used(bos_model_dir, tmp_path):
+    store = local.PrefixStore(tmp_path, "model-a")
+    judge = LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=tmp_path)
+    text = "<|system|>Some prefix.\n"
+    ids = judge._encode(text)
+    with torch.inference_mode():
+        cache = judge._hf_model(input_ids=ids, use_cache=True).cache
+    store.save(text, ids, cache)
+    assert store.load(text, ids, judge._hf_model.config).get_seq_length() == ids.shape[1]
+    assert store.load(text, ids[:, :-1], judge._hf_model.config) is None  # other ids
+    assert local.PrefixStore(tmp_path, "model-b").load(text, ids, judge._hf_model.config) is None
 
 
 def test_the_prefix_cache_keeps_only_the_most_recent_prefixes(judge):

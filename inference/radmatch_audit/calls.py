@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
@@ -104,6 +104,8 @@ class JudgeCalls:
         self.backoff_s = backoff_s
         self.max_wait_s = max_wait_s
         self.stats = stats or RunStats()
+        # told each judge call's stage as it starts and ends (a progress bar's hook)
+        self.on_call: Optional[Callable[[str, str], None]] = None
 
     async def ask(
         self,
@@ -194,7 +196,10 @@ class JudgeCalls:
             try:
                 await self.gate.acquire(priority, stage.chain)
                 try:
+                    called = time.perf_counter()
+                    self._tell(name, "running")
                     result = await self.judge.generate(messages, schema, max_tokens=stage.max_tokens)
+                    self._tell(name, f"done in {time.perf_counter() - called:.0f} s")
                 finally:
                     self.gate.release()
                 self.stats.judge_calls += 1
@@ -222,6 +227,10 @@ class JudgeCalls:
             }}
             self.cache.put(key, entry)
             return entry, answer
+
+    def _tell(self, stage: str, event: str) -> None:
+        if self.on_call is not None:
+            self.on_call(stage, event)
 
     def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
         backoff = self.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4)

@@ -128,7 +128,7 @@ def _evaluate(args: argparse.Namespace, stopper: RunStopper) -> int:
 
 def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints: dict[str, bytes],
                    stopper: RunStopper) -> CorpusSummary:
-    from radmatch_audit.progress import progress_bar
+    from radmatch_audit.progress import progress_bar, stage_reporter
     from radmatch_audit.reading import RecordReader
     from radmatch_audit.record_io import RecordWriter
     from radmatch_audit.records import failed_input
@@ -148,6 +148,7 @@ def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints:
                   f"pairs not in {args.input}; they stay in the file but are not counted "
                   "in this summary", file=sys.stderr)
         progress = progress_bar(rows - len(writer.done), quiet=args.quiet)
+        evaluator.calls.on_call = stage_reporter(progress)
         failed = [0]  # bad input rows included: the bar counts every failed record
 
         @stopper.guard  # a signal waits for the record being written, then ends the run

@@ -19,10 +19,14 @@ at its next token, so that nothing keeps running behind the caller's back.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import logging
 import os
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,10 +35,16 @@ from pydantic import BaseModel
 from radmatch_audit.judges.base import JudgeError, JudgeResult, JudgeUnavailable, Message, Usage
 from radmatch_audit.paths import install_command
 
+log = logging.getLogger(__name__)
+
 THREADS_ENV = "RADMATCH_TORCH_THREADS"
 PREFIX_ENTRIES = 3  # prefilled prefixes kept: one per stage of one modality
-# compiled grading grammars kept (one per set of rows sent); the other stages' are all kept
-GRADING_GENERATORS = 8
+# llguidance builds each token's mask as it decodes: a schema costs milliseconds, not the
+# seconds to a minute (and hundreds of MB) of outlines-core's whole-vocabulary index
+GRAMMAR_BACKEND = "llguidance"
+GENERATORS = 16  # schemas kept (the grading schema differs with every set of rows sent)
+# prefilled prefixes kept on disk for the embedded CPU judge (about 0.2 GB each, fp32)
+PREFIX_FILES = 6
 # `cache=` / `.cache` (formerly `past_key_values`) appeared in transformers 5.24.0
 TRANSFORMERS_MIN = (5, 24)
 GPU_HEADROOM = 0.9  # of the free GPU memory, for the weights (activations and cache need the rest)
@@ -95,6 +105,114 @@ def cpu_threads() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
+def compact_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """The answer model's JSON schema, decoded with no whitespace between JSON tokens:
+    the exemplars are compact, and every whitespace token would be a decode step."""
+    return {**schema.model_json_schema(), "x-guidance": {"whitespace_flexible": False}}
+
+
+def copy_cache(cache: Any) -> Any:
+    """A copy of a prefilled prefix cache for one generation to extend.
+
+    A `DynamicLayer` appends by concatenating into new tensors and never writes into the
+    ones it holds, so its copy shares the prefix's tensors (no copy of hundreds of MB per
+    call); any other layer (static, sliding-window) is written in place and copied whole.
+    """
+    import copy
+
+    if _dynamic(cache):
+        shallow = copy.copy(cache)
+        shallow.layers = [copy.copy(layer) for layer in cache.layers]
+        return shallow
+    return copy.deepcopy(cache)
+
+
+def _dynamic(cache: Any) -> bool:
+    """Whether every layer of the cache is a plain DynamicLayer (keys and values grown by concatenation)."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+
+
+class PrefixStore:
+    """Prefilled prefixes on disk, so that a run does not prefill what an earlier one did.
+
+    On 2 busy cores the three stages' prefixes (11,700 SmolLM2 tokens) take minutes to
+    prefill; `scripts/setup.sh` fills the store for the default modality. A file is named
+    by the hash of the model's identity and the prefix text, holds the prefix's token ids
+    (checked on load) and its keys and values (safetensors: loading runs no code), and
+    only the `PREFIX_FILES` most recently used are kept.
+    """
+
+    def __init__(self, folder: Path, model_identity: str) -> None:
+        self.folder = folder
+        self.identity = model_identity
+
+    def _path(self, prefix_text: str) -> Path:
+        digest = hashlib.sha256(f"{self.identity}\0{prefix_text}".encode()).hexdigest()
+        return self.folder / f"{digest[:32]}.safetensors"
+
+    def load(self, prefix_text: str, ids: Any, config: Any) -> Any:
+        """The stored cache of `prefix_text`, or None (absent, unreadable, or other ids)."""
+        import torch
+        from safetensors.torch import load_file
+        from transformers import DynamicCache
+
+        path = self._path(prefix_text)
+        try:
+            tensors = load_file(path)
+            layers = len([k for k in tensors if k.startswith("k.")])
+            if not torch.equal(tensors["ids"], ids.cpu()):
+                return None
+            kv = [(tensors[f"k.{i}"], tensors[f"v.{i}"]) for i in range(layers)]
+        except (OSError, KeyError, ValueError, RuntimeError):
+            return None
+        os.utime(path)  # most recently used
+        return DynamicCache(ddp_cache_data=kv, config=config)
+
+    def save(self, prefix_text: str, ids: Any, cache: Any) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {"ids": ids.cpu().contiguous()}
+        for i, layer in enumerate(cache.layers):
+            tensors[f"k.{i}"] = layer.keys.contiguous()
+            tensors[f"v.{i}"] = layer.values.contiguous()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self._path(prefix_text)
+            partial = path.with_suffix(f".{os.getpid()}.partial")
+            save_file(tensors, partial)
+            os.replace(partial, path)
+            kept = sorted(self.folder.glob("*.safetensors"), key=lambda f: f.stat().st_mtime)
+            for stale in kept[:-PREFIX_FILES]:
+                stale.unlink(missing_ok=True)
+        except OSError as exc:  # a full or read-only disk costs the next run a prefill, no more
+            log.warning("could not keep a prefilled prefix on disk: %s", exc)
+
+
+def model_identity(model_dir: Path) -> str:
+    """What a stored prefix depends on: the weights (by name, size and time), dtype, versions."""
+    import torch
+    import transformers
+
+    weights = sorted(Path(model_dir).glob("*.safetensors"))
+    stats = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in weights]
+    return json.dumps([str(Path(model_dir).resolve()), stats, "float32", torch.__version__,
+                       transformers.__version__])
+
+
+@dataclass
+class CallTimes:
+    """Where one call's time went (seconds), for benchmarks and the debug log."""
+
+    prefix_prefill_s: float = 0.0  # the stage's static prefix, 0 when it was cached
+    grammar_s: float = 0.0  # building the schema's logits processor
+    first_token_s: float = 0.0  # the pair's own message prefilled, and one token
+    decode_s: float = 0.0  # every later token
+    prefix_tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
 class LocalTransformersJudge:
     """Grammar-constrained generation in this process, one call at a time; greedy unless
     a `temperature` above 0 asks for sampling (`--samples`)."""
@@ -109,6 +227,7 @@ class LocalTransformersJudge:
         context_window: Optional[int] = None,
         device: Optional[str] = None,
         temperature: float = 0.0,
+        prefix_dir: Optional[Path] = None,
     ) -> None:
         # torch.compile of an outlines-core kernel costs ~19 s on the first call; eager is fine
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
@@ -125,8 +244,10 @@ class LocalTransformersJudge:
         check_transformers(transformers.__version__)
         if model_dir is None:
             from radmatch_audit import smollm
+            from radmatch_audit.paths import cache_root
 
             model_dir = smollm.ensure_hf_dir()
+            prefix_dir = prefix_dir or cache_root() / "prefixes"
             model_name = model_name or smollm.MODEL_NAME
             context_window = context_window or smollm.CONTEXT_WINDOW
         self.model = model_name or Path(model_dir).name
@@ -160,6 +281,12 @@ class LocalTransformersJudge:
         self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
         self._hf_model = hf_model
         self._generators: OrderedDict[type[BaseModel], Any] = OrderedDict()
+        # prefilled prefixes on disk: CPU only (a large model's would be gigabytes)
+        self._prefix_store = (
+            PrefixStore(Path(prefix_dir), model_identity(Path(model_dir)))
+            if prefix_dir is not None and self.device == "cpu" else None
+        )
+        self.last_call = CallTimes()
         # prefix text -> (token ids, kv cache), least recently used first
         self._prefixes: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         self.prefix_entries = PREFIX_ENTRIES
@@ -178,14 +305,16 @@ class LocalTransformersJudge:
 
     def _generator(self, schema: type[BaseModel]) -> Any:
         import outlines
+        from outlines.types import JsonSchema
 
         if schema in self._generators:
             self._generators.move_to_end(schema)
-        else:  # compiling a schema's index takes seconds
-            self._generators[schema] = outlines.Generator(self._outlines, schema)
-            grading = [s for s in self._generators if s.__name__ == "GradingAnswer"]
-            for stale in grading[:-GRADING_GENERATORS]:  # least recently used first
-                del self._generators[stale]
+        else:
+            self._generators[schema] = outlines.Generator(
+                self._outlines, JsonSchema(compact_schema(schema)), backend=GRAMMAR_BACKEND
+            )
+            while len(self._generators) > GENERATORS:  # least recently used first
+                self._generators.popitem(last=False)
         return self._generators[schema]
 
     def _generate_sync(
@@ -196,27 +325,46 @@ class LocalTransformersJudge:
 
         closing = self._closing
         torch = self._torch
+        token_times: list[float] = []
 
-        class _Abandoned(StoppingCriteria):
+        class _Abandoned(StoppingCriteria):  # called once per token: it also clocks them
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                token_times.append(time.perf_counter())
                 done = stop.is_set() or closing.is_set()
                 return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
+        times = CallTimes()
         with self._turn, torch.inference_mode():
             if closing.is_set():
                 raise JudgeError("the in-process judge was closed")
             if stop.is_set():
                 raise asyncio.CancelledError()  # abandoned while it waited its turn
-            text = self._generator(schema)(
+            started = time.perf_counter()
+            generator = self._generator(schema)
+            times.grammar_s = time.perf_counter() - started
+            prefilled = self._prefilled(messages, times)
+            started = time.perf_counter()
+            text = generator(
                 Chat(messages),
                 max_new_tokens=max_tokens,
                 stopping_criteria=StoppingCriteriaList([_Abandoned()]),
                 **self._sampling,
-                **self._prefilled(messages),
+                **prefilled,
             )
-        completion = len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+            if token_times:
+                times.first_token_s = token_times[0] - started
+                times.decode_s = token_times[-1] - token_times[0]
+        times.prompt_tokens = self.count_tokens(messages)
+        times.completion_tokens = len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+        self.last_call = times
+        log.debug(
+            "in-process call: grammar %.2f s, prefix prefill %.1f s (%d tokens), first token "
+            "%.1f s, decode %.1f s for %d tokens", times.grammar_s, times.prefix_prefill_s,
+            times.prefix_tokens, times.first_token_s, times.decode_s, times.completion_tokens,
+        )
         return JudgeResult(
-            text=text, usage=Usage(prompt_tokens=self.count_tokens(messages), completion_tokens=completion)
+            text=text,
+            usage=Usage(prompt_tokens=times.prompt_tokens, completion_tokens=times.completion_tokens),
         )
 
     def _encode(self, text: str) -> Any:
@@ -228,10 +376,8 @@ class LocalTransformersJudge:
         """The prompt as Outlines renders a Chat."""
         return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def _prefilled(self, messages: list[Message]) -> dict[str, Any]:
+    def _prefilled(self, messages: list[Message], times: Optional[CallTimes] = None) -> dict[str, Any]:
         """A `cache` holding the prompt's static prefix, when the prompt starts with it."""
-        import copy
-
         prefix_text = self._tokenizer.apply_chat_template(messages[:-1], tokenize=False)
         full_text = self.prompt_text(messages)
         if len(messages) < 2 or not full_text.startswith(prefix_text):
@@ -239,9 +385,19 @@ class LocalTransformersJudge:
         if prefix_text in self._prefixes:
             self._prefixes.move_to_end(prefix_text)
         else:
+            started = time.perf_counter()
             ids = self._encode(prefix_text).to(self._hf_model.device)
-            with self._torch.inference_mode():
-                cache = self._hf_model(input_ids=ids, use_cache=True).cache
+            store = self._prefix_store
+            cache = store.load(prefix_text, ids, self._hf_model.config) if store else None
+            if cache is None:
+                with self._torch.inference_mode():
+                    # logits of the last position only: all of them would be prefix x vocabulary
+                    # floats (5,300 x 49,152 x 4 bytes = 1 GB for SmolLM2), all thrown away
+                    cache = self._hf_model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
+                if store and _dynamic(cache):
+                    store.save(prefix_text, ids, cache)
+                if times is not None:
+                    times.prefix_prefill_s = time.perf_counter() - started
             self._prefixes[prefix_text] = (ids, cache)
             while len(self._prefixes) > self.prefix_entries:
                 self._prefixes.popitem(last=False)
@@ -251,7 +407,14 @@ class LocalTransformersJudge:
         n = ids.shape[1]
         if full.shape[1] <= n or not self._torch.equal(full[0, :n].to(ids.device), ids[0]):
             return {}  # the tokens do not split at the prefix: prefill it all
-        return {"cache": copy.deepcopy(cache)}
+        if times is not None:
+            times.prefix_tokens = n
+        return {"cache": copy_cache(cache)}
+
+    def prefill(self, messages: list[Message]) -> None:
+        """Prefill the static prefix of `messages` (kept in memory, and on disk where stored)."""
+        with self._turn:
+            self._prefilled(messages)
 
     async def generate(
         self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
