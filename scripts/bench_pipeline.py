@@ -97,11 +97,11 @@ def prepare(evaluator: Evaluator) -> None:
     for each stage's schema (grading has one schema per row count; 1-8 rows cover most)."""
     constraint = getattr(evaluator.judge, "constraint", None)
     if constraint is not None:
-        grammar = evaluator.calls.grammar
+        stages = evaluator.stages
         for stage in ("extract", "match"):
-            constraint(grammar.for_stage(stage, None))
+            constraint(stages[stage].grammar())
         for rows in range(1, 9):
-            constraint(grammar.for_stage("grade", rows))
+            constraint(stages["grade"].grammar(rows))
 
 
 def time_round_trips(judge: Any) -> list[float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from radmatch_audit import baselines
+from radmatch_audit.stages import baselines
 from radmatch_audit.cli import main
 from radmatch_audit.testing import fake_server
 from radmatch_audit.testing.fake_server import StubServer

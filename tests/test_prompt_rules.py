@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from radmatch_audit import baselines
+from radmatch_audit.stages import baselines
 from radmatch_audit import stages as P
 
 

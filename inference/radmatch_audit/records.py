@@ -1,16 +1,20 @@
-"""The audit record (docs/records.md): a pair in, everything the judge said, the scores.
+"""The records (docs/records.md): a pair in, everything the judge said, the scores.
 
-Every field is typed here; `record_io` reads and writes records as JSON lines.
-`schema_version` is bumped on any incompatible change, and `MIGRATIONS` (forward
-only) brings an older record up to date when it is read.
+Two kinds of record, told apart by `record_type`: RadMatch's audit record (`Record`,
+which has no `record_type` key) and a single-call baseline's (`BaselineRecord`,
+`"record_type": "baseline"`, docs/agreement.md). Every field is typed here; `record_io`
+reads and writes records as JSON lines. Each kind has its `schema_version`, bumped on
+any incompatible change, and its migrations (forward only), which bring an older
+record up to date when it is read (`migrate`, `load_record`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
 from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer
 # the score types sit below both this record format and the scoring core (which reads and
@@ -19,6 +23,8 @@ from radmatch_audit.scores import Scores
 from radmatch_audit.vocabulary import STAGES, check_modality
 
 SCHEMA_VERSION = 3
+BASELINE_SCHEMA_VERSION = 1
+BASELINE = "baseline"  # the `record_type` of a baseline record; an audit record has none
 # a later radmatch may add keys; they survive a rewrite. NaN and infinity are refused:
 # JSON has no such numbers (they would be written as null, which no reader accepts)
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
@@ -202,13 +208,92 @@ class Record(BaseModel):
 _OPTIONAL_STAGES = ("reference_findings", "candidate_findings", "matching", "grading")
 
 
-def failed_input(pair_id: str, cause: str, *, source: Optional[str] = None, **inputs: Any) -> Record:
-    """The record of a pair that could not be evaluated: its inputs as far as known, the cause."""
-    record = Record(
+class BaselineJudge(BaseModel):
+    """Which judge answered a baseline's call, with which prompt."""
+
+    model_config = _OPEN
+
+    backend: str = ""
+    model: str = ""
+    prompt_version: str = ""  # "baseline-v1-" + a hash of the instructions and the answer schema
+    loaded_model: Optional[str] = None
+    max_model_len: Optional[int] = None
+
+
+class BaselineTimings(BaseModel):
+    model_config = _OPEN
+    total: float = 0.0
+
+
+class BaselineUsage(BaseModel):
+    model_config = _OPEN
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    judge_calls: int = 0
+    cached_calls: int = 0
+
+
+class BaselineRecord(BaseModel):
+    """One pair under a single-call baseline: the judge's answer and its count of errors.
+
+    It holds no finding-level structure, which is the point of the comparison.
+    """
+
+    model_config = _OPEN
+
+    record_type: Literal["baseline"] = BASELINE
+    schema_version: int = BASELINE_SCHEMA_VERSION
+    method: str  # "count" or "enumerate"
+    pair_id: str
+    study_id: Optional[str] = None
+    modality: Optional[str] = None
+    source: Optional[str] = None
+    reference: str
+    candidate: str
+    indication: Optional[str] = None
+    judge: BaselineJudge = Field(default_factory=BaselineJudge)
+    answer: Optional[dict[str, Any]] = None  # as the judge gave it
+    errors: Optional[int] = None  # clinically significant errors; None when the pair failed
+    error: Optional[str] = None  # Failure.message()
+    failure: Optional[Failure] = None
+    timings_s: BaselineTimings = Field(default_factory=BaselineTimings)
+    usage: BaselineUsage = Field(default_factory=BaselineUsage)
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def fail(self, failure: Failure) -> None:
+        self.failure, self.error, self.errors = failure, failure.message(), None
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)
+
+
+AnyRecord = Annotated[
+    Union[Annotated[Record, Tag("audit")], Annotated[BaselineRecord, Tag(BASELINE)]],
+    Discriminator(lambda data: _record_type(data) or "audit"),
+]
+_ANY_RECORD: TypeAdapter[Union[Record, BaselineRecord]] = TypeAdapter(AnyRecord)
+
+
+def _record_type(data: Any) -> Optional[str]:
+    return data.get("record_type") if isinstance(data, dict) else getattr(data, "record_type", None)
+
+
+def failed_input(
+    pair_id: str, cause: str, *, source: Optional[str] = None, method: Optional[str] = None, **inputs: Any
+) -> Union[Record, BaselineRecord]:
+    """The record of a pair that could not be evaluated: its inputs as far as known, the
+    cause; a baseline's record when `method` names a baseline."""
+    kind: type[Union[Record, BaselineRecord]] = Record if method is None else BaselineRecord
+    record = kind(
         pair_id=pair_id,
         source=source,
         reference=inputs.pop("reference", None) or "",
         candidate=inputs.pop("candidate", None) or "",
+        **({} if method is None else {"method": method}),
         **{k: v for k, v in inputs.items() if v is not None},
     )
     record.fail(Failure(stage="input", cause=cause))
@@ -267,26 +352,46 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-# version N -> function turning a version-N dict into a version-(N+1) dict
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+# version N -> function turning a version-N dict into a version-(N+1) dict, per record_type
+Migrations = dict[int, Callable[[dict[str, Any]], dict[str, Any]]]
+MIGRATIONS: Migrations = {1: _v1_to_v2, 2: _v2_to_v3}
+BASELINE_MIGRATIONS: Migrations = {}  # version 1 is the first
+_FORMATS: dict[Optional[str], tuple[int, Migrations]] = {
+    None: (SCHEMA_VERSION, MIGRATIONS),
+    BASELINE: (BASELINE_SCHEMA_VERSION, BASELINE_MIGRATIONS),
+}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
-    """Bring a record dict up to SCHEMA_VERSION, or raise UnknownSchemaVersion."""
-    version = data.get("schema_version", SCHEMA_VERSION)
-    if not isinstance(version, int) or version < 1 or version > SCHEMA_VERSION:
+    """Bring a record dict up to its kind's current version, or raise UnknownSchemaVersion."""
+    kind = data.get("record_type")
+    if kind not in _FORMATS:
+        raise UnknownSchemaVersion(
+            f"record_type {kind!r} is not known to this radmatch (it reads audit records, "
+            f"without a record_type, and {BASELINE!r} records); upgrade radmatch to read it"
+        )
+    current, steps = _FORMATS[kind]
+    version = data.get("schema_version", current)
+    if not isinstance(version, int) or version < 1 or version > current:
         raise UnknownSchemaVersion(
             f"schema_version {version!r} is not supported by this radmatch "
-            f"(it reads versions 1 to {SCHEMA_VERSION}); upgrade radmatch to read it"
+            f"(it reads versions 1 to {current}); upgrade radmatch to read it"
         )
-    while version < SCHEMA_VERSION:
-        data = MIGRATIONS[version](data)
+    while version < current:
+        data = steps[version](data)
         version += 1
         data["schema_version"] = version
     return data
 
 
+def load_record(data: dict[str, Any]) -> Union[Record, BaselineRecord]:
+    """A record of either kind from its dict (as read from a line), migrated and validated."""
+    return _ANY_RECORD.validate_python(migrate(data))
+
+
 __all__ = [
+    "AnyRecord",
+    "BaselineRecord",
     "Failure",
     "JudgeInfo",
     "PairInput",
@@ -299,5 +404,6 @@ __all__ = [
     "Timings",
     "Usage",
     "failed_input",
+    "load_record",
     "migrate",
 ]

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
-from typing import Any
 
-from radmatch_audit.baselines import METHODS
+from radmatch_audit.stages.baselines import METHODS
 from radmatch_audit.cli.common import EXIT_OK, EXIT_SOME_FAILED, fail, output_problem
 from radmatch_audit.cli.judge_options import (
     add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
@@ -16,10 +14,10 @@ from radmatch_audit.cli.judge_options import (
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from radmatch_audit.baselines import Baseline, base_record
     from radmatch_audit.judges.base import JudgeUnavailable
+    from radmatch_audit.pipeline import Evaluator
     from radmatch_audit.record_io import open_private
-    from radmatch_audit.records import Failure, PairInput
+    from radmatch_audit.records import BaselineRecord, PairInput, failed_input
 
     try:
         config = judge_config(args)
@@ -42,11 +40,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         return fail(problem)
     note_small_judge(config)
     try:
-        runner = Baseline(
-            config.build_judge(), args.method, cache_dir=config.answer_cache_dir(),
-            small_model=config.small_model_decoding, retries=config.retries,
-            concurrency=config.resolved_concurrency,
-        )
+        runner = Evaluator.from_config(config, method=args.method)
     except Exception as exc:  # bad URL, refused endpoint, missing extra
         return fail(str(exc))
     done = failed = 0
@@ -60,24 +54,22 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         try:
             with open_private(output, "w") as out:
                 for pair_id, where, item in bad:  # nothing is lost: a bad row becomes a failed record
-                    record = base_record(pair_id, PairInput(reference="", candidate=""), args.method, where)
-                    record.update({k: v for k, v in item.inputs.items() if v is not None})
-                    failure = Failure(stage="input", cause=f"{where}: {item.message}")
-                    record["failure"], record["error"] = failure.model_dump(), failure.message()
-                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    failure = failed_input(pair_id, f"{where}: {item.message}", source=where,
+                                           method=args.method, **item.inputs)
+                    out.write(failure.to_json() + "\n")
                     failed += 1
 
-                def on_record(record: dict[str, Any]) -> None:
+                def on_record(record: BaselineRecord) -> None:
                     nonlocal done, failed, errors_total
-                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    out.write(record.to_json() + "\n")
                     out.flush()
-                    if record["errors"] is None:
+                    if record.errors is None:
                         failed += 1
                     else:
                         done += 1
-                        errors_total += record["errors"]
+                        errors_total += record.errors
 
-                runner.run(jobs, on_record)
+                runner.run(jobs, on_record=on_record)
         except OSError as exc:  # a full disk, a quota: say what failed
             return fail(f"writing the baseline records to {output} failed "
                         f"({exc.strerror or type(exc).__name__}); run the command again once it can write")
