@@ -99,6 +99,8 @@ def test_every_block_names_its_language():
 
 def test_the_skip_list_is_short_and_says_why():
     skipped = [b for b in ALL if b.skip]
+    markers = sum(doc.read_text(encoding="utf-8").count("<!-- docs-test:") for doc in DOCS)
+    assert markers == sum(1 for b in ALL if b.skip or b.slow), "a docs-test marker not just before a fence"
     assert len(skipped) <= MAX_SKIPPED, [f"{b.where}: {b.skip}" for b in skipped]
     assert all(b.lang in RUN for b in skipped), "only runnable blocks need a skip marker"
     counts = {
