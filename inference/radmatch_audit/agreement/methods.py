@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Iterator, Optional
 
 BASELINE_TYPE = "baseline"
 
@@ -33,47 +33,52 @@ def _label(kind: str, model: Optional[str]) -> str:
 
 
 def read_method(path: str, label: Optional[str] = None) -> MethodScores:
-    """Counts of every scored line of `path`; a later line of the same pair_id wins."""
-    from radmatch_audit.record_io import loads, parse_record
-    from radmatch_audit.recompute import ensure_scored
+    """Counts of every scored line of `path`; a later line of the same pair_id wins.
+
+    Audit records are read by the one reader of records (`radmatch_audit.reading`: a
+    record stored without scores is scored from its stages); baseline records, which
+    carry their count as written, are counted on the way to it.
+    """
+    from radmatch_audit.reading import RecordReader
 
     found = MethodScores(label or "", path)
     kinds: set[str] = set()
     with open(path, encoding="utf-8") as handle:
-        for raw in handle:
-            if not raw.strip():
-                continue
-            try:
-                data = loads(raw)
-            except ValueError:
-                found.unreadable += 1
-                continue
-            if not isinstance(data, dict) or "pair_id" not in data:
-                found.unreadable += 1
-                continue
-            pid = str(data["pair_id"])
-            if data.get("record_type") == BASELINE_TYPE:
-                kinds.add(_label(str(data.get("method", "baseline")), (data.get("judge") or {}).get("model")))
-                errors = data.get("errors")  # NaN and infinity (JSON's extensions) are no count
-                if isinstance(errors, (int, float)) and not isinstance(errors, bool) and math.isfinite(errors):
-                    found.errors[pid] = float(errors)
-                    found.study_ids[pid] = data.get("study_id")
-                else:
-                    found.failed += 1
-                    found.errors.pop(pid, None)
-                continue
-            try:
-                record = ensure_scored(parse_record(raw))
-            except ValueError:
-                found.unreadable += 1
-                continue
+        records = RecordReader(_counting_baselines(handle, found, kinds))
+        for record in records:
             kinds.add(_label("radmatch", record.judge.model or None))
-            if record.scores is None:
-                found.failed += 1
-                found.errors.pop(pid, None)
-                continue
-            found.errors[pid] = float(record.scores.actionable_errors)
-            found.study_ids[pid] = record.study_id
+            scores = record.scores
+            _count(found, record.pair_id, record.study_id, scores.actionable_errors if scores else None)
+    found.unreadable += len(records.bad)
     if not found.label:
         found.label = " + ".join(sorted(kinds)) if kinds else path
     return found
+
+
+def _counting_baselines(lines: Iterable[str], found: MethodScores, kinds: set[str]) -> Iterator[str]:
+    """The lines that are not baseline records; each baseline record is counted in `found`."""
+    from radmatch_audit.record_io import loads
+
+    for raw in lines:
+        data = None
+        if '"record_type"' in raw:  # (an audit record has no such key: it is parsed once, by the reader)
+            try:
+                data = loads(raw)
+            except ValueError:
+                pass
+        if not (isinstance(data, dict) and "pair_id" in data and data.get("record_type") == BASELINE_TYPE):
+            yield raw
+            continue
+        kinds.add(_label(str(data.get("method", "baseline")), (data.get("judge") or {}).get("model")))
+        errors = data.get("errors")  # NaN and infinity (JSON's extensions) are no count
+        finite = isinstance(errors, (int, float)) and not isinstance(errors, bool) and math.isfinite(errors)
+        _count(found, str(data["pair_id"]), data.get("study_id"), errors if finite else None)
+
+
+def _count(found: MethodScores, pair_id: str, study_id: Optional[str], errors: Optional[float]) -> None:
+    if errors is None:  # a failed pair has no count
+        found.failed += 1
+        found.errors.pop(pair_id, None)
+    else:
+        found.errors[pair_id] = float(errors)
+        found.study_ids[pair_id] = study_id
