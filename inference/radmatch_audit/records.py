@@ -5,26 +5,27 @@ which has no `record_type` key) and a single-call baseline's (`BaselineRecord`,
 `"record_type": "baseline"`, docs/agreement.md). Every field is typed here; `record_io`
 reads and writes records as JSON lines. Each kind has its `schema_version`, bumped on
 any incompatible change, and its migrations (forward only), which bring an older
-record up to date when it is read (`migrate`, `load_record`).
+record up to date when it is read (`radmatch_audit.migrations`; `load_record`).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
+from radmatch_audit.migrations import (  # noqa: F401 (the versions and migrations, named here too)
+    BASELINE, BASELINE_MIGRATIONS, BASELINE_SCHEMA_VERSION, MIGRATIONS, SCHEMA_VERSION,
+    UnknownSchemaVersion, migrate,
+)
 from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer
 # the score types sit below both this record format and the scoring core (which reads and
 # writes records in scoring.record): the record embeds scores, it does not depend on scoring
 from radmatch_audit.scores import Scores
-from radmatch_audit.vocabulary import STAGES, check_modality
+from radmatch_audit.vocabulary import check_modality
 
-SCHEMA_VERSION = 3
-BASELINE_SCHEMA_VERSION = 1
-BASELINE = "baseline"  # the `record_type` of a baseline record; an audit record has none
 # a later radmatch may add keys; they survive a rewrite. NaN and infinity are refused:
 # JSON has no such numbers (they would be written as null, which no reader accepts)
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
@@ -298,90 +299,6 @@ def failed_input(
     )
     record.fail(Failure(stage="input", cause=cause))
     return record
-
-
-# --------------------------------------------------------------------------- migrations
-
-
-class UnknownSchemaVersion(ValueError):
-    pass
-
-
-def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 1 documented `judge.prompt_version` as one string; version 2 keys it by stage."""
-    judge = data.get("judge")
-    if isinstance(judge, dict) and isinstance(judge.get("prompt_version"), str):
-        version = judge["prompt_version"]
-        data["judge"] = {**judge, "prompt_version": {stage: version for stage in STAGES}}
-    return data
-
-
-def _keyed_grading(grading: Any, where: str) -> Any:
-    if not isinstance(grading, dict) or "errors_per_match" not in grading:
-        return grading
-    pairs, answers = grading.get("pairs") or [], grading["errors_per_match"] or []
-    if not isinstance(pairs, list) or not isinstance(answers, list) or len(pairs) != len(answers):
-        raise ValueError(
-            f"{where}: errors_per_match has {len(answers) if isinstance(answers, list) else '?'} "
-            f"entries but pairs has {len(pairs) if isinstance(pairs, list) else '?'}; they must align"
-        )
-    keyed = {k: v for k, v in grading.items() if k != "errors_per_match"}
-    keyed["grades"] = [
-        {"pred_id": row[0], "gt_id": row[1], "errors": errors}
-        for row, errors in zip(pairs, answers)
-        if isinstance(row, (list, tuple)) and len(row) == 2
-    ]
-    if len(keyed["grades"]) != len(pairs):
-        raise ValueError(f"{where}: every entry of pairs must be a [pred_id, gt_id] pair")
-    return keyed
-
-
-def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 stored grading positionally (`errors_per_match[i]` belongs to `pairs[i]`);
-    version 3 keys each entry by its row: `grades: [{pred_id, gt_id, errors}]`."""
-    stages = data.get("stages")
-    if isinstance(stages, dict) and "grading" in stages:
-        data["stages"] = {**stages, "grading": _keyed_grading(stages["grading"], "stages.grading")}
-    for i, sample in enumerate(data.get("samples") or []):
-        sample_stages = sample.get("stages") if isinstance(sample, dict) else None
-        if isinstance(sample_stages, dict) and "grading" in sample_stages:
-            sample["stages"] = {
-                **sample_stages,
-                "grading": _keyed_grading(sample_stages["grading"], f"samples.{i}.stages.grading"),
-            }
-    return data
-
-
-# version N -> function turning a version-N dict into a version-(N+1) dict, per record_type
-Migrations = dict[int, Callable[[dict[str, Any]], dict[str, Any]]]
-MIGRATIONS: Migrations = {1: _v1_to_v2, 2: _v2_to_v3}
-BASELINE_MIGRATIONS: Migrations = {}  # version 1 is the first
-_FORMATS: dict[Optional[str], tuple[int, Migrations]] = {
-    None: (SCHEMA_VERSION, MIGRATIONS),
-    BASELINE: (BASELINE_SCHEMA_VERSION, BASELINE_MIGRATIONS),
-}
-
-
-def migrate(data: dict[str, Any]) -> dict[str, Any]:
-    """Bring a record dict up to its kind's current version, or raise UnknownSchemaVersion."""
-    kind = data.get("record_type")
-    if kind not in _FORMATS:
-        raise UnknownSchemaVersion(
-            f"record_type {kind!r} is not known to this radmatch (it reads audit records, "
-            f"without a record_type, and {BASELINE!r} records); upgrade radmatch to read it"
-        )
-    current, steps = _FORMATS[kind]
-    version = data.get("schema_version", current)
-    if not isinstance(version, int) or version < 1 or version > current:
-        raise UnknownSchemaVersion(
-            f"schema_version {version!r} is not supported by this radmatch "
-            f"(it reads versions 1 to {current}); upgrade radmatch to read it"
-        )
-    while version < current:
-        data = steps[version](data)
-        version += 1
-        data["schema_version"] = version
-    return data
 
 
 def load_record(data: dict[str, Any]) -> Union[Record, BaselineRecord]:
