@@ -35,7 +35,7 @@ from radmatch_audit.loop import LoopThread, stream
 from radmatch_audit.methods import AnyRecord, Method, make_method
 from radmatch_audit.records import PairInput
 from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits
-from radmatch_audit.stages import JudgeStage
+from radmatch_audit.stages import JudgeStage, stage_prompt
 from radmatch_audit.vocabulary import DEFAULT_MODALITY, check_modality
 
 # The most pairs held open per judge call slot. A pair's stages run one after another,
@@ -144,7 +144,16 @@ class Evaluator:
 
     def check(self) -> None:
         """Pre-flight: raise JudgeUnavailable, saying the fix, when the judge cannot serve."""
-        self._loop.run(self.judge.check())
+        self._loop.run(self._check())
+
+    async def _check(self) -> None:
+        await self.judge.check()
+        # a judge that estimates tokens learns the server's rate on the extraction prompt
+        # (judges know no stage: the runner hands them the prompt)
+        calibrate = getattr(self.judge, "calibrate", None)
+        if calibrate is not None:
+            probe = stage_prompt("extract", DEFAULT_MODALITY).messages({"report": "", "indication": None})
+            await calibrate(probe)
 
     # ------------------------------------------------------------------ runs
 

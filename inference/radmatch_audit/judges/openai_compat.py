@@ -295,8 +295,6 @@ class OpenAICompatibleJudge:
         if self.model not in served:
             raise JudgeUnavailable(f"{where} serves {served}, not {self.model!r}; pass --model with one of them")
         self._learn_identity(listed[served.index(self.model)])
-        if self.max_model_len and self.backend == "vllm":
-            await self._calibrate()
 
     async def _refuse_a_missing_v1(self, where: str) -> None:
         """After a 404 for /models: when the server answers at `base_url`/v1 (vLLM serves
@@ -318,15 +316,14 @@ class OpenAICompatibleJudge:
                 f"pass --base-url {suggested} (an OpenAI-compatible base URL ends in /v1)"
             )
 
-    async def _calibrate(self) -> None:
-        """Measure the server's characters per token on the extraction prompt (vLLM's
-        /tokenize, at the server's root); without an answer the estimate stays as it is."""
+    async def calibrate(self, messages: list[Message]) -> None:
+        """After the pre-flight, measure a vLLM server's characters per token on `messages`
+        (its /tokenize, at the server's root): the runner sends the extraction prompt
+        (`Evaluator.check`). Without an answer the estimate stays as it is."""
         import aiohttp
 
-        from radmatch_audit.stages.prompt import stage_prompt
-        from radmatch_audit.vocabulary import DEFAULT_MODALITY
-
-        messages = stage_prompt("extract", DEFAULT_MODALITY).messages({"report": "", "indication": None})
+        if not (self.max_model_len and self.backend == "vllm"):
+            return
         root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         body = json.dumps({"model": self.model, "messages": messages}).encode("utf-8")
         try:

@@ -42,6 +42,7 @@ class JudgePool:
         self.cooldown_s = cooldown_s
         self._outstanding = [0] * len(judges)
         self._drained_until = [0.0] * len(judges)
+        self._serving = list(judges)  # those that passed the pre-flight
 
     def _pick(self, tried: set[int]) -> Optional[int]:
         now = time.monotonic()
@@ -101,6 +102,11 @@ class JudgePool:
         windows = [j.context_window for j in self.judges if j.context_window]
         self.context_window = min(windows) if windows else None
         self.settings = getattr(serving[0], "settings", None)
+        self._serving = serving
+
+    async def calibrate(self, messages: list[Message]) -> None:
+        """Each server that passed the pre-flight learns its tokens' rate (`calibrate`)."""
+        await asyncio.gather(*(j.calibrate(messages) for j in self._serving if hasattr(j, "calibrate")))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(j.aclose() for j in self.judges))

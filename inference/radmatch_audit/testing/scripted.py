@@ -76,5 +76,10 @@ class RecordingJudge:
     async def check(self) -> None:
         await self.inner.check()
 
+    async def calibrate(self, messages: list[Message]) -> None:
+        calibrate = getattr(self.inner, "calibrate", None)
+        if calibrate is not None:
+            await calibrate(messages)
+
     async def aclose(self) -> None:
         return None  # the inner judge belongs to whoever made it
