@@ -60,12 +60,14 @@ def test_scoring_core_is_pure():
     banned = {"os", "io", "socket", "time", "random", "datetime", "subprocess", "pathlib", "httpx",
               "openai", "outlines", "torch", "transformers", "requests", "urllib", "logging"}
     # control_strings: attribution reads a quote of a defanged marker as the report's own
-    # text (docs/judge.md rule 18); records and scores: score_record reads and writes the
-    # record format, which embeds the score types. They are held to the same purity as the core.
-    below = ("control_strings.py", "records.py", "scores.py")
+    # text (docs/judge.md rule 18); records, migrations and scores: score_record reads and
+    # writes the record format, which embeds the score types. They are held to the same
+    # purity as the core.
+    below = ("control_strings.py", "records.py", "migrations.py", "scores.py")
     # radmatch_audit.thresholds: the clinical threshold table, read once at import
     allowed = ("radmatch_audit.scoring", "radmatch_audit.schemas", "radmatch_audit.thresholds",
-               "radmatch_audit.control_strings", "radmatch_audit.records", "radmatch_audit.scores",
+               "radmatch_audit.control_strings", "radmatch_audit.records", "radmatch_audit.migrations",
+               "radmatch_audit.scores",
                "radmatch_audit.vocabulary")
     for path in [*(PACKAGE / "scoring").glob("*.py"), *(PACKAGE / name for name in below)]:
         for line, name in imports(path):
