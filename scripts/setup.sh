@@ -30,5 +30,5 @@ HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
     'from radmatch_audit.smollm import ensure_hf_dir; print(ensure_hf_dir())' >/dev/null
 log "prefilling its stage prompts once (kept in ~/.cache/radmatch/prefixes; minutes on a busy machine)"
 HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
-    'from radmatch_audit.smollm import warm_prefixes; warm_prefixes()' >/dev/null
+    'from radmatch_audit.warmup import warm_prefixes; warm_prefixes()' >/dev/null
 log "done: $venv/bin/radmatch-audit --help"

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from typing import Optional
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -112,18 +111,3 @@ def ensure_hf_dir() -> Path:
             shutil.rmtree(target)
         os.replace(staging, target)
     return target
-
-
-def warm_prefixes(modality: Optional[str] = None) -> int:
-    """Prefill the embedded judge's static prefix of every stage for `modality` (default
-    chest_xray) into the on-disk prefix store, so that the first run does not (setup.sh).
-    Returns the number of prefixes prefilled."""
-    from radmatch_audit.judges.local import LocalTransformersJudge
-    from radmatch_audit.stages.prompt import stage_prompt
-    from radmatch_audit.vocabulary import DEFAULT_MODALITY, STAGES
-
-    judge = LocalTransformersJudge()
-    for stage in STAGES:
-        # the prefix is the fixed turns; the pair's message after them is not part of it
-        judge.prefill(stage_prompt(stage, modality or DEFAULT_MODALITY).messages({}))
-    return len(STAGES)
