@@ -19,7 +19,9 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from radmatch_audit.schemas import SERVER_MAX_TOKENS, SMALL_MODEL_MAX_TOKENS
+from radmatch_audit.schemas import (
+    SERVER_LIMITS, SERVER_MAX_TOKENS, SMALL_MODEL_LIMITS, SMALL_MODEL_MAX_TOKENS, Limits,
+)
 from radmatch_audit.vocabulary import DEFAULT_MODALITY, MODALITIES, Modality
 
 Backend = Literal["auto", "vllm", "hosted", "transformers"]
@@ -29,7 +31,6 @@ DEFAULT_SERVED_MODEL = "radmatch-judge"
 # Judge calls in flight per server by default: enough to fill a vLLM batch on one
 # workstation (the paper ran 15 workers) without queueing far ahead of it.
 SERVER_CONCURRENCY = 32
-
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,11 @@ class JudgeConfig(BaseModel):
         from radmatch_audit.paths import cache_root
 
         return cache_root() / "judge"
+
+    @property
+    def limits(self) -> Limits:
+        """The answers' caps: a small model's or a capable server's, as `decoding` says."""
+        return SMALL_MODEL_LIMITS if self.small_model_decoding else SERVER_LIMITS
 
     def stage_max_tokens(self) -> dict[str, int]:
         base = SMALL_MODEL_MAX_TOKENS if self.small_model_decoding else SERVER_MAX_TOKENS

@@ -34,7 +34,7 @@ from radmatch_audit.judges.base import Judge
 from radmatch_audit.loop import LoopThread, stream
 from radmatch_audit.methods import AnyRecord, Method, make_method
 from radmatch_audit.records import PairInput
-from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits
+from radmatch_audit.schemas import SERVER_LIMITS, Limits
 from radmatch_audit.stages import JudgeStage, stage_prompt
 from radmatch_audit.vocabulary import DEFAULT_MODALITY, check_modality
 
@@ -75,7 +75,15 @@ class Evaluator:
         memo_entries: int = MEMO_ENTRIES,
         close_judge: bool = True,
         samples: int = 1,
+        config: Optional[JudgeConfig] = None,
     ) -> None:
+        """With `config` (as `from_config` gives it), the run's settings are the config's and
+        the keywords modality to samples are not read; the evaluator keeps it as `config`."""
+        if config is not None:
+            modality, concurrency, cache_dir = config.modality, config.resolved_concurrency, config.answer_cache_dir()
+            limits, max_tokens, retries = config.limits, config.stage_max_tokens(), config.retries
+            samples = config.samples if method == "radmatch" else 1  # a baseline's one call
+        self.config = config
         check_modality(modality, "The 'modality' parameter of Evaluator")
         if concurrency < 1:
             raise ValueError(f"The 'concurrency' parameter of Evaluator must be >= 1; got {concurrency}")
@@ -109,18 +117,7 @@ class Evaluator:
         cls, config: JudgeConfig, judge: Optional[Judge] = None, *, method: str = "radmatch"
     ) -> "Evaluator":
         """An evaluator for `config`; a `judge` given here stays its caller's to close."""
-        return cls(
-            judge or config.build_judge(),
-            method=method,
-            close_judge=judge is None,
-            modality=config.modality,
-            concurrency=config.resolved_concurrency,
-            cache_dir=config.answer_cache_dir(),
-            limits=SMALL_MODEL_LIMITS if config.small_model_decoding else SERVER_LIMITS,
-            max_tokens=config.stage_max_tokens(),
-            retries=config.retries,
-            samples=config.samples if method == "radmatch" else 1,  # a baseline's one call
-        )
+        return cls(judge or config.build_judge(), method=method, close_judge=judge is None, config=config)
 
     @property
     def stages(self) -> dict[str, JudgeStage]:
