@@ -6,7 +6,6 @@ They skip only when chromium is absent and CI is not set; in CI they must run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit.corpus import summarize
-from radmatch_audit.cli.dashboard import add_dashboard_parser
+from radmatch_audit.cli import build_parser
 from radmatch_audit.dashboard import build_dashboard, embed_json, locate_evidence
 from radmatch_audit.dashboard.build import SUBSET_BITS, _asset, _sha256, render_page
 from radmatch_audit.scoring.results import vocabularies
@@ -155,9 +154,7 @@ def test_compare_gives_per_pair_differences(tmp_path):
 
 
 def test_cli_hook(tmp_path, demo):
-    parser = argparse.ArgumentParser(prog="radmatch-audit")
-    add_dashboard_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["dashboard", str(demo["src"]), "-o", str(tmp_path / "r.html")])
+    args = build_parser().parse_args(["dashboard", str(demo["src"]), "-o", str(tmp_path / "r.html")])
     assert args.func(args) == 0 and (tmp_path / "r.html").exists()
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from radmatch_audit import Evaluator, JudgeConfig, PairInput
 from radmatch_audit.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
-from radmatch_audit.cli.install_metric import add_install_metric_parser
+from radmatch_audit.cli import build_parser
 from radmatch_audit.metric_install import install_metric, script_path
 from radmatch_audit.record_io import read_records
 from radmatch_audit.testing.scripted import RecordingJudge, ScriptedJudge
@@ -201,11 +201,7 @@ def test_install_metric_replaces_an_earlier_install(tmp_path):
 
 
 def test_install_metric_parser_help():
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="radmatch-audit")
-    add_install_metric_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["install-metric", "--modules-cache", "/x"])
+    args = build_parser().parse_args(["install-metric", "--modules-cache", "/x"])
     assert args.modules_cache == "/x" and callable(args.func)
     assert script_path() == str(SHIM)
 

@@ -10,8 +10,18 @@ from radmatch_audit.agreement import FORMATS
 from radmatch_audit.cli.common import EXIT_OK, fail
 from radmatch_audit.resampling import N_RESAMPLES, SEED
 
+HELP = "agreement of records with radiologists' error counts (tau-b, blocked tau-b, r)"
+DESCRIPTION = (
+    "Correlate each records file's per-pair error counts (RadMatch records: "
+    "actionable errors; baseline records: their count) with radiologists' annotations: "
+    "Kendall's tau-b, blocked tau-b within studies and Pearson r per endpoint, with 95% "
+    "intervals from a bootstrap over studies, as a markdown table (or --json). Records "
+    "join annotations by pair_id: write a set's pairs with --emit-pairs, evaluate them, "
+    "then run agreement on the records."
+)
 
-def cmd_agreement(args: argparse.Namespace) -> int:
+
+def run(args: argparse.Namespace) -> int:
     from radmatch_audit.agreement import AnnotationError, load_annotations
 
     try:
@@ -81,17 +91,7 @@ def _emit(annotations, path: str) -> int:
     return EXIT_OK
 
 
-def add_agreement_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "agreement",
-        help="agreement of records with radiologists' error counts (tau-b, blocked tau-b, r)",
-        description="Correlate each records file's per-pair error counts (RadMatch records: "
-        "actionable errors; baseline records: their count) with radiologists' annotations: "
-        "Kendall's tau-b, blocked tau-b within studies and Pearson r per endpoint, with 95%% "
-        "intervals from a bootstrap over studies, as a markdown table (or --json). Records "
-        "join annotations by pair_id: write a set's pairs with --emit-pairs, evaluate them, "
-        "then run agreement on the records.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("records", nargs="*", metavar="RECORDS.jsonl",
                    help="records files, one per method (RadMatch, baselines)")
     p.add_argument("--annotations", required=True, metavar="PATH",
@@ -109,4 +109,3 @@ def add_agreement_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"bootstrap resamples (default {N_RESAMPLES})")
     p.add_argument("--seed", type=int, default=SEED, help=f"bootstrap seed (default {SEED})")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
-    p.set_defaults(func=cmd_agreement)

@@ -1,8 +1,9 @@
 """The `radmatch-audit` command line: the parser of every command, and `main`.
 
-Each command is a module of this package (`add_<command>_parser` and its handler);
-what they share is in `common` (exit codes, the error line, reading records) and
-`judge_options` (the judge's options). Library modules never import from here.
+Each command is a module of this package: its HELP and DESCRIPTION, `add_arguments`
+and `run`. What they share is in `common` (exit codes, the error line, reading
+records), `judge_options` (the judge's options) and `interrupt` (Ctrl-C). Library
+modules never import from here.
 """
 
 from __future__ import annotations
@@ -12,18 +13,15 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from radmatch_audit.cli.agreement import add_agreement_parser
-from radmatch_audit.cli.baseline import add_baseline_parser
+from radmatch_audit.cli import (
+    agreement, baseline, compare, dashboard, evaluate, install_metric, recompute, summary,
+)
 from radmatch_audit.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
-from radmatch_audit.cli.compare import add_compare_parser
-from radmatch_audit.cli.dashboard import add_dashboard_parser
-from radmatch_audit.cli.evaluate import add_evaluate_parser
-from radmatch_audit.cli.install_metric import add_install_metric_parser
-from radmatch_audit.cli.recompute import add_recompute_parser
-from radmatch_audit.cli.summary import add_summary_parser
 
-COMMANDS = (add_recompute_parser, add_summary_parser, add_evaluate_parser, add_dashboard_parser,
-            add_install_metric_parser, add_agreement_parser, add_baseline_parser, add_compare_parser)
+# each command module: HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit code
+COMMANDS = {"recompute": recompute, "summary": summary, "evaluate": evaluate, "dashboard": dashboard,
+            "install-metric": install_metric, "agreement": agreement, "baseline": baseline,
+            "compare": compare}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,8 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
         "counting clinically actionable errors, with a finding-level audit record.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in COMMANDS:
-        register(sub)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.HELP, description=command.DESCRIPTION)
+        command.add_arguments(p)
+        p.set_defaults(func=command.run)
     return parser
 
 

@@ -12,8 +12,17 @@ from radmatch_audit.cli.judge_options import (
     add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
 )
 
+HELP = "the paper's single-call baselines (count, enumerate) as records"
+DESCRIPTION = (
+    "Ask the judge, once per pair, for the number of clinically significant "
+    "errors (--method count: a bare integer) or for the list of them (--method enumerate: "
+    "the count is its length), schema-constrained, and write one baseline record per pair "
+    "(docs/agreement.md), which `radmatch-audit agreement` reads beside RadMatch's records. "
+    "Judge options and RADMATCH_* variables are those of `radmatch-audit evaluate`."
+)
 
-def cmd_baseline(args: argparse.Namespace) -> int:
+
+def run(args: argparse.Namespace) -> int:
     from radmatch_audit.judges.base import JudgeUnavailable
     from radmatch_audit.pipeline import Evaluator
     from radmatch_audit.record_io import open_private
@@ -80,20 +89,10 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_SOME_FAILED if failed else EXIT_OK
 
 
-def add_baseline_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "baseline",
-        help="the paper's single-call baselines (count, enumerate) as records",
-        description="Ask the judge, once per pair, for the number of clinically significant "
-        "errors (--method count: a bare integer) or for the list of them (--method enumerate: "
-        "the count is its length), schema-constrained, and write one baseline record per pair "
-        "(docs/agreement.md), which `radmatch-audit agreement` reads beside RadMatch's records. "
-        "Judge options and RADMATCH_* variables are those of `radmatch-audit evaluate`.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="INPUT", help="pairs: .jsonl, .csv, or a saved `datasets` folder")
     p.add_argument("--method", required=True, choices=list(METHODS))
     p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl",
                    help="baseline records, created owner-only (they hold report text)")
     add_pairs_arguments(p, "run only the first N rows")
     add_judge_arguments(p, "judge (as for `radmatch-audit evaluate`)")
-    p.set_defaults(func=cmd_baseline)

@@ -16,6 +16,15 @@ from radmatch_audit.compare import N_PERMUTATIONS, compare_records, dropped_line
 from radmatch_audit.records import Record
 from radmatch_audit.resampling import N_RESAMPLES, SEED
 
+HELP = "is B better than A? paired difference in actionable errors, with interval and p"
+DESCRIPTION = (
+    "Compare two records files of the same pairs (matched by pair_id): the "
+    "mean difference in actionable errors per pair (B minus A), per significance tier "
+    "and in total, with a 95% paired bootstrap interval resampling studies and a "
+    "two-sided permutation p-value (sign flips by study). Pairs held by one run only, "
+    "failed in either run, or with a different reference are dropped and counted."
+)
+
 
 def _read(path: str) -> tuple[list[Record], int, set[str]]:
     """Records of a records file (or SystemExit with the CLI's message), bad lines, judges."""
@@ -32,7 +41,7 @@ def _read(path: str) -> tuple[list[Record], int, set[str]]:
     return read.records, len(read.bad), read.judges()
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     for path in (args.a, args.b):
         problem = check_records_file(path)
         if problem:
@@ -59,16 +68,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_SOME_FAILED if bad_a or bad_b else EXIT_OK
 
 
-def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="is B better than A? paired difference in actionable errors, with interval and p",
-        description="Compare two records files of the same pairs (matched by pair_id): the "
-        "mean difference in actionable errors per pair (B minus A), per significance tier "
-        "and in total, with a 95% paired bootstrap interval resampling studies and a "
-        "two-sided permutation p-value (sign flips by study). Pairs held by one run only, "
-        "failed in either run, or with a different reference are dropped and counted.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="A.jsonl", help="records of system A (the baseline)")
     p.add_argument("b", metavar="B.jsonl", help="records of system B")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -78,4 +78,3 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"random sign-flip draws when exact enumeration is too large "
                    f"(default {N_PERMUTATIONS})")
     p.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
-    p.set_defaults(func=cmd_compare)

@@ -7,38 +7,33 @@ from pathlib import Path
 
 from radmatch_audit.cli.common import EXIT_OK, check_records_file, fail, note_replacing
 
+HELP = "write an offline HTML audit page from a records file"
+DESCRIPTION = (
+    "Write one self-contained HTML page (no network access when opened) with the "
+    "corpus scores, a sortable and filterable table of pairs, and a finding-level "
+    "view of each pair. With --compare, also show the per-pair difference in "
+    "actionable errors against a second records file of the same pairs, and the "
+    "paired difference per tier with its 95% interval and p-value (as `radmatch "
+    "compare`)."
+)
 
-def add_dashboard_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `dashboard` to an argparse subparsers object; its handler is `run_dashboard`."""
-    parser = subparsers.add_parser(
-        "dashboard",
-        help="write an offline HTML audit page from a records file",
-        description=(
-            "Write one self-contained HTML page (no network access when opened) with the "
-            "corpus scores, a sortable and filterable table of pairs, and a finding-level "
-            "view of each pair. With --compare, also show the per-pair difference in "
-            "actionable errors against a second records file of the same pairs, and the "
-            "paired difference per tier with its 95% interval and p-value (as `radmatch "
-            "compare`)."
-        ),
-    )
-    parser.add_argument("records", help="records file (JSONL) written by radmatch")
-    parser.add_argument(
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("records", help="records file (JSONL) written by radmatch")
+    p.add_argument(
         "-o", "--output", default="report.html",
         help="HTML file to write, owner-only: it quotes the reports (default: report.html; "
         "replaced, with a note, when it exists)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--compare",
         metavar="OTHER.jsonl",
         default=None,
         help="records of the same pairs from another system or judge",
     )
-    parser.set_defaults(func=run_dashboard)
-    return parser
 
 
-def run_dashboard(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handler of `radmatch-audit dashboard`: build the page, print one line.
 
     Returns the CLI's exit code: 0, or 2 (with one line on stderr) when an input

@@ -22,6 +22,14 @@ from radmatch_audit.cli.judge_options import (
 )
 from radmatch_audit.corpus import CorpusSummary
 
+HELP = "score candidate reports against references with the judge"
+DESCRIPTION = (
+    "Run the judge pipeline over pairs from JSONL, CSV or a `datasets` "
+    "dataset saved on disk, write one audit record per pair to OUT as it goes, then "
+    "print the corpus summary. Without a judge server the embedded CPU judge runs "
+    "(pipeline check only). Every option also has a RADMATCH_* environment variable."
+)
+
 SHOWN_PROBLEMS = 20
 
 
@@ -74,7 +82,7 @@ def existing_output(output: str, *, resume: bool, force: bool) -> Optional[str]:
             "the rest, or --force to replace it")
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     stopper = RunStopper("radmatch-audit: interrupted before any record was written")
     with stopper.installed():
         return _evaluate(args, stopper)
@@ -178,15 +186,7 @@ def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints:
     return summary
 
 
-def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "evaluate",
-        help="score candidate reports against references with the judge",
-        description="Run the judge pipeline over pairs from JSONL, CSV or a `datasets` "
-        "dataset saved on disk, write one audit record per pair to OUT as it goes, then "
-        "print the corpus summary. Without a judge server the embedded CPU judge runs "
-        "(pipeline check only). Every option also has a RADMATCH_* environment variable.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="INPUT", help="pairs: .jsonl, .csv, or a folder from Dataset.save_to_disk")
     p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl",
                    help="records file, created owner-only (it holds report text)")
@@ -201,4 +201,3 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     add_judge_arguments(p, "judge (defaults from RADMATCH_* variables)", run_options=True)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_evaluate)

@@ -7,8 +7,17 @@ from pathlib import Path
 
 from radmatch_audit.cli.common import EXIT_OK, fail
 
+HELP = "make evaluate.load(\"radmatch\") work, offline included"
+DESCRIPTION = (
+    "Copy the RadMatch metric script into the Hugging Face evaluate "
+    "modules cache, so that evaluate.load(\"radmatch\") finds it from any directory, "
+    "with HF_EVALUATE_OFFLINE=1 and without the Hub. Run it again after upgrading "
+    "radmatch. Without it, load the metric with "
+    "evaluate.load(radmatch_audit.metric.script_path())."
+)
 
-def cmd_install_metric(args: argparse.Namespace) -> int:
+
+def run(args: argparse.Namespace) -> int:
     from radmatch_audit.metric_install import install_metric
 
     try:
@@ -20,20 +29,10 @@ def cmd_install_metric(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_install_metric_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "install-metric",
-        help="make evaluate.load(\"radmatch\") work, offline included",
-        description="Copy the RadMatch metric script into the Hugging Face evaluate "
-        "modules cache, so that evaluate.load(\"radmatch\") finds it from any directory, "
-        "with HF_EVALUATE_OFFLINE=1 and without the Hub. Run it again after upgrading "
-        "radmatch. Without it, load the metric with "
-        "evaluate.load(radmatch_audit.metric.script_path()).",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--modules-cache",
         metavar="DIR",
         help="evaluate's modules cache (default: $HF_MODULES_CACHE, else $HF_HOME/modules, "
         "else ~/.cache/huggingface/modules)",
     )
-    p.set_defaults(func=cmd_install_metric)

@@ -9,8 +9,14 @@ from radmatch_audit.cli.common import (
     note_replacing, nothing_but_junk, open_input, output_problem, print_summary, report_bad,
 )
 
+HELP = "re-derive scores of every record from its stored stages (no judge)"
+DESCRIPTION = (
+    "Re-derive `scores` and `repairs` of every record from its stored "
+    "stages, without any judge, write them to OUT and print the corpus summary."
+)
 
-def cmd_recompute(args: argparse.Namespace) -> int:
+
+def run(args: argparse.Namespace) -> int:
     from radmatch_audit.recompute import recompute_lines
     from radmatch_audit.record_io import open_private
 
@@ -37,16 +43,9 @@ def cmd_recompute(args: argparse.Namespace) -> int:
     return EXIT_SOME_FAILED if bad else EXIT_OK
 
 
-def add_recompute_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "recompute",
-        help="re-derive scores of every record from its stored stages (no judge)",
-        description="Re-derive `scores` and `repairs` of every record from its stored "
-        "stages, without any judge, write them to OUT and print the corpus summary.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="IN.jsonl")
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl",
                    help="records with the re-derived scores, written owner-only (replaced, "
                    "with a note, when it exists)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=cmd_recompute)

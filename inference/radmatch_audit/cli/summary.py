@@ -9,8 +9,15 @@ from radmatch_audit.cli.common import (
     open_input, print_summary, report_bad,
 )
 
+HELP = "print the corpus summary of a records file"
+DESCRIPTION = (
+    "Print the corpus summary (pooled safety with 95% Wilson intervals, "
+    "outcome counts, mean actionable errors) of a records file. Stored scores are "
+    "used; a record stored without scores is scored from its stages."
+)
 
-def cmd_summary(args: argparse.Namespace) -> int:
+
+def run(args: argparse.Namespace) -> int:
     from radmatch_audit.reading import RecordReader
 
     summary = JudgedSummary()
@@ -27,14 +34,6 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return EXIT_SOME_FAILED if records.bad else EXIT_OK
 
 
-def add_summary_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "summary",
-        help="print the corpus summary of a records file",
-        description="Print the corpus summary (pooled safety with 95% Wilson intervals, "
-        "outcome counts, mean actionable errors) of a records file. Stored scores are "
-        "used; a record stored without scores is scored from its stages.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="IN.jsonl")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=cmd_summary)
