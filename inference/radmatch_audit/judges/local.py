@@ -289,7 +289,9 @@ class LocalTransformersJudge:
         self.last_call = CallTimes()
         # prefix text -> (token ids, kv cache), least recently used first
         self._prefixes: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
-        self.prefix_entries = PREFIX_ENTRIES
+        # with the prefixes on disk, reading one back costs a fraction of a second (page
+        # cache) against minutes of decoding: keep only the current stage's in memory
+        self.prefix_entries = 1 if self._prefix_store is not None else PREFIX_ENTRIES
         self._turn = threading.Lock()  # taken in the worker thread: waiting blocks no event loop
         self._closing = threading.Event()
         self.temperature = temperature
