@@ -221,18 +221,21 @@ class BaselineJudge(BaseModel):
     max_model_len: Optional[int] = None
 
 
-class BaselineTimings(BaseModel):
-    model_config = _OPEN
-    total: float = 0.0
-
-
 class BaselineUsage(BaseModel):
-    model_config = _OPEN
+    """The tokens of the pair's one call; `cached_calls` is 1 when the cache answered it."""
 
+    model_config = _OPEN
     prompt_tokens: int = 0
     completion_tokens: int = 0
     judge_calls: int = 0
     cached_calls: int = 0
+
+
+class BaselineTimings(BaseModel):
+    """Seconds for the pair, waiting for the judge included (one call: no stages)."""
+
+    model_config = _OPEN
+    total: float = 0.0
 
 
 class BaselineRecord(BaseModel):

@@ -69,12 +69,16 @@ class SafetyRatio:
 
 @dataclass(slots=True)
 class SideAttribution:
+    """One report's findings, and how many of them quote text that is found in it."""
+
     findings: int
     attributed: int
 
 
 @dataclass(slots=True)
 class Attribution:
+    """Evidence attribution of both reports (a finding is attributed when its quote is found)."""
+
     reference: SideAttribution
     candidate: SideAttribution
 
