@@ -125,7 +125,7 @@ def test_an_abandoned_generation_stops_at_once(local_judge):
 
     schema = answer_models(SMALL_MODEL_LIMITS).extract
     messages = build_messages("extract", "chest_xray", {"report": "Small left effusion. " * 20, "indication": None})
-    local_judge._generator(schema)  # compile the grammar and prefill the static prefix
+    local_judge._grammar(schema)  # compile the grammar and prefill the static prefix
     local_judge._prefilled(messages)  # outside the timed part: neither can stop midway
 
     async def start_then_cancel():

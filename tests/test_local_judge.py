@@ -114,7 +114,7 @@ class Verdict(BaseModel):
 def test_prefix_reuse_gives_the_answer_of_a_full_prefill(judge, monkeypatch):
     msgs = messages("Say whether the finding is abnormal, and on which side.")
     reused = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
-    monkeypatch.setattr(judge, "_prefilled", lambda m, times=None: {})  # a full prefill every call
+    monkeypatch.setattr(judge, "_prefilled", lambda m, times=None, room=0: {})  # a full prefill every call
     full = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
     assert reused.text == full.text  # greedy: the same logits give the same answer
     assert reused.text.startswith('{"label"')
@@ -228,3 +228,107 @@ def test_modules_placed_on_the_cpu_are_found():
     ]
     assert spilled_modules(None) == []
     assert local.GPU_HEADROOM < 1
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _decode(judge: LocalTransformersJudge, msgs: list[dict], schema, **kwargs):
+    """`judges.decoding.decode` on the judge's model from a full prefill of `msgs`."""
+    from radmatch_audit.judges import decoding
+
+    full = judge._encode(judge.prompt_text(msgs))
+    cache = decoding.growing_cache(judge._layers, 4)  # small: the buffers must grow
+    with torch.inference_mode():
+        return decoding.decode(
+            judge._hf_model, judge._grammar(schema), judge._grammar_backend.llg_tokenizer,
+            cache, full, kwargs.pop("max_new_tokens", 60), **kwargs,
+        )
+
+
+def test_forced_tokens_in_one_pass_give_the_tokens_of_one_pass_each(judge):
+    """The grammar's forced tokens (a key's name, the rest of an enum value) go into the
+    model together: the greedy answer must be token for token the one-at-a-time answer."""
+    msgs = messages("Say whether the finding is abnormal, and on which side.")
+    together = _decode(judge, msgs, Verdict)
+    one_by_one = _decode(judge, msgs, Verdict, fast_forward=False)
+    assert together.tokens == one_by_one.tokens
+    assert together.forced > 0 and one_by_one.forced == 0
+    assert together.steps < one_by_one.steps  # the point: fewer forward passes
+    text = judge._tokenizer.decode(together.tokens)
+    assert Verdict.model_validate_json(text)
+
+
+def test_a_complete_answer_costs_no_forward_pass_for_its_end(judge):
+    decoded = _decode(judge, messages("Say it."), Verdict, fast_forward=False)
+    # one pass per answer token, the first one prefilling the prompt; none for the end
+    assert decoded.steps == len(decoded.tokens)
+    assert judge._tokenizer.eos_token_id not in decoded.tokens
+
+
+def test_the_answer_budget_bounds_forced_tokens_too(judge):
+    decoded = _decode(judge, messages("Say it."), Verdict, max_new_tokens=3)
+    assert len(decoded.tokens) == 3
+
+
+def test_a_caller_who_gave_up_stops_the_loop_before_the_next_pass(judge):
+    asked = []
+
+    def stop_after_two() -> bool:
+        asked.append(1)
+        return len(asked) > 2
+
+    decoded = _decode(judge, messages("Say it."), Verdict, should_stop=stop_after_two)
+    assert decoded.stopped and decoded.steps == 2
+
+
+def test_sampling_stays_inside_the_grammar(judge):
+    torch.manual_seed(3)
+    answers = {
+        judge._tokenizer.decode(_decode(judge, messages("Say it."), Verdict, temperature=1.5).tokens)
+        for _ in range(4)
+    }
+    for text in answers:
+        Verdict.model_validate_json(text)
+    assert len(answers) > 1  # it samples: greedy would give one answer
+
+
+def test_a_growing_cache_gives_the_logits_of_a_dynamic_cache(judge):
+    """Written in place and reallocated when full, the cache must hold what transformers'
+    concatenating cache holds."""
+    from transformers import DynamicCache
+
+    from radmatch_audit.judges import decoding
+
+    ids = judge._encode(judge.prompt_text(messages()))
+    steps = [ids[:, :9], ids[:, 9:10], ids[:, 10:14], ids[:, 14:15], ids[:, 15:]]
+    growing, dynamic = decoding.growing_cache(judge._layers, 10), DynamicCache()
+    with torch.inference_mode():
+        for chunk in steps:
+            a = judge._hf_model(input_ids=chunk, cache=growing).logits[0, -1]
+            b = judge._hf_model(input_ids=chunk, cache=dynamic).logits[0, -1]
+            assert torch.allclose(a, b, atol=1e-5)
+    assert growing.get_seq_length() == ids.shape[1]
+    assert growing.layers[0].capacity >= ids.shape[1] > 10  # it grew
+
+
+def test_grouped_attention_equals_attention_over_repeated_heads():
+    """SmolLM2 shares each key/value head among 3 query heads: attending without copying
+    them must give what transformers' repeat-the-heads path gives, with and without a mask."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from radmatch_audit.judges.decoding import grouped_sdpa
+
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=True)
+    gen = torch.Generator().manual_seed(0)
+    for queries, past in ((1, 40), (5, 40), (12, 0)):
+        q = torch.randn(1, 9, queries, 16, generator=gen)
+        k, v = torch.randn(2, 1, 3, past + queries, 16, generator=gen)
+        mask = None
+        if past:  # a prompt's new tokens see everything before them and themselves causally
+            mask = torch.ones(queries, past + queries, dtype=torch.bool).tril(diagonal=past)[None, None]
+        ours, _ = grouped_sdpa(module, q, k, v, mask, scaling=0.25)
+        theirs, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
+        assert torch.allclose(ours, theirs, atol=1e-5), (queries, past)

@@ -12,7 +12,7 @@ from importlib.util import find_spec
 from radmatch_audit.paths import install_command
 
 # The embedded judge's imports (radmatch_audit.judges.local, radmatch_audit.smollm).
-LOCAL_JUDGE_MODULES = ("torch", "transformers", "outlines", "gguf")
+LOCAL_JUDGE_MODULES = ("torch", "transformers", "outlines", "llguidance", "gguf")
 
 
 class MissingExtraError(ImportError):

@@ -1,4 +1,4 @@
-"""In-process judge: Outlines over a transformers model, on the GPU when there is one.
+"""In-process judge: a transformers model under Outlines' grammar, on the GPU when there is one.
 
 The embedded default is SmolLM2-135M-Instruct (radmatch_audit.smollm), so that a fresh
 machine runs the whole pipeline with no server. It only exercises the pipeline: its
@@ -10,6 +10,8 @@ as a server's prefix cache does; only the pair's own message is prefilled per ca
 The prefix is tokenized exactly as Outlines tokenizes the whole prompt (special tokens
 included: a tokenizer that adds a BOS adds it to both), and only a few prefixes are
 kept (least recently used first out): a 31B model's cache of one prefix is gigabytes.
+Outlines' llguidance backend compiles each answer schema; `judges.decoding` decodes
+(a cache written in place, the grammar's forced tokens in one forward pass).
 One generation runs at a time (the model is the bottleneck). A call has no wall-clock
 timeout: `max_new_tokens` bounds it, and a slow or busy machine must not fail a pair.
 A generation whose caller gave up (the run was cancelled or the judge closed) stops
@@ -42,7 +44,7 @@ PREFIX_ENTRIES = 3  # prefilled prefixes kept: one per stage of one modality
 # llguidance builds each token's mask as it decodes: a schema costs milliseconds, not the
 # seconds to a minute (and hundreds of MB) of outlines-core's whole-vocabulary index
 GRAMMAR_BACKEND = "llguidance"
-GENERATORS = 16  # schemas kept (the grading schema differs with every set of rows sent)
+GRAMMARS = 16  # schemas kept (the grading schema differs with every set of rows sent)
 # prefilled prefixes kept on disk for the embedded CPU judge (about 0.2 GB each, fp32)
 PREFIX_FILES = 6
 # `cache=` / `.cache` (formerly `past_key_values`) appeared in transformers 5.24.0
@@ -109,22 +111,6 @@ def compact_schema(schema: type[BaseModel]) -> dict[str, Any]:
     """The answer model's JSON schema, decoded with no whitespace between JSON tokens:
     the exemplars are compact, and every whitespace token would be a decode step."""
     return {**schema.model_json_schema(), "x-guidance": {"whitespace_flexible": False}}
-
-
-def copy_cache(cache: Any) -> Any:
-    """A copy of a prefilled prefix cache for one generation to extend.
-
-    A `DynamicLayer` appends by concatenating into new tensors and never writes into the
-    ones it holds, so its copy shares the prefix's tensors (no copy of hundreds of MB per
-    call); any other layer (static, sliding-window) is written in place and copied whole.
-    """
-    import copy
-
-    if _dynamic(cache):
-        shallow = copy.copy(cache)
-        shallow.layers = [copy.copy(layer) for layer in cache.layers]
-        return shallow
-    return copy.deepcopy(cache)
 
 
 def _dynamic(cache: Any) -> bool:
@@ -205,12 +191,14 @@ class CallTimes:
     """Where one call's time went (seconds), for benchmarks and the debug log."""
 
     prefix_prefill_s: float = 0.0  # the stage's static prefix, 0 when it was cached
-    grammar_s: float = 0.0  # building the schema's logits processor
+    grammar_s: float = 0.0  # compiling the schema's grammar
     first_token_s: float = 0.0  # the pair's own message prefilled, and one token
     decode_s: float = 0.0  # every later token
     prefix_tokens: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    steps: int = 0  # forward passes
+    forced_tokens: int = 0  # answer tokens the grammar forced (fed in with the step before)
 
 
 class LocalTransformersJudge:
@@ -236,10 +224,13 @@ class LocalTransformersJudge:
             import outlines
             import torch
             import transformers
+            from outlines.backends.llguidance import LLGuidanceBackend
             from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            from radmatch_audit.judges import decoding
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
-                "the in-process judge needs torch, transformers and outlines: "
+                "the in-process judge needs torch, transformers, outlines and llguidance: "
                 + install_command("local")
             ) from exc
         check_transformers(transformers.__version__)
@@ -276,12 +267,17 @@ class LocalTransformersJudge:
                     "this size with vLLM (serve/start_vllm.sh), or choose a smaller model"
                 )
         hf_model.eval()
+        self._layers = hf_model.config.get_text_config(decoder=True).num_hidden_layers
         self.context_window = context_window or getattr(
             hf_model.config, "max_position_embeddings", None
         )
+        if self.device == "cpu":  # on a GPU, transformers' SDPA picks its fused kernels itself
+            hf_model.set_attn_implementation(decoding.GROUPED_SDPA)
+        self._decoding = decoding
         self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
+        self._grammar_backend = LLGuidanceBackend(self._outlines)
         self._hf_model = hf_model
-        self._generators: OrderedDict[type[BaseModel], Any] = OrderedDict()
+        self._grammars: OrderedDict[type[BaseModel], str] = OrderedDict()
         # prefilled prefixes on disk: CPU only (a large model's would be gigabytes)
         self._prefix_store = (
             PrefixStore(Path(prefix_dir), model_identity(Path(model_dir)))
@@ -306,64 +302,57 @@ class LocalTransformersJudge:
             ids = ids["input_ids"]
         return len(ids)
 
-    def _generator(self, schema: type[BaseModel]) -> Any:
-        import outlines
-        from outlines.types import JsonSchema
-
-        if schema in self._generators:
-            self._generators.move_to_end(schema)
+    def _grammar(self, schema: type[BaseModel]) -> str:
+        """The llguidance grammar Outlines compiles from the answer model's JSON schema."""
+        if schema in self._grammars:
+            self._grammars.move_to_end(schema)
         else:
-            self._generators[schema] = outlines.Generator(
-                self._outlines, JsonSchema(compact_schema(schema)), backend=GRAMMAR_BACKEND
+            processor = self._grammar_backend.get_json_schema_logits_processor(
+                json.dumps(compact_schema(schema))
             )
-            while len(self._generators) > GENERATORS:  # least recently used first
-                self._generators.popitem(last=False)
-        return self._generators[schema]
+            self._grammars[schema] = processor.grammar
+            while len(self._grammars) > GRAMMARS:  # least recently used first
+                self._grammars.popitem(last=False)
+        return self._grammars[schema]
 
     def _generate_sync(
         self, messages: list[Message], schema: type[BaseModel], max_tokens: int, stop: threading.Event
     ) -> JudgeResult:
-        from outlines.inputs import Chat
-        from transformers import StoppingCriteria, StoppingCriteriaList
-
         closing = self._closing
-        torch = self._torch
-        token_times: list[float] = []
-
-        class _Abandoned(StoppingCriteria):  # called once per token: it also clocks them
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                token_times.append(time.perf_counter())
-                done = stop.is_set() or closing.is_set()
-                return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
-
         times = CallTimes()
-        with self._turn, torch.inference_mode():
+        with self._turn, self._torch.inference_mode():
             if closing.is_set():
                 raise JudgeError("the in-process judge was closed")
             if stop.is_set():
                 raise asyncio.CancelledError()  # abandoned while it waited its turn
             started = time.perf_counter()
-            generator = self._generator(schema)
+            grammar = self._grammar(schema)
             times.grammar_s = time.perf_counter() - started
-            prefilled = self._prefilled(messages, times)
-            started = time.perf_counter()
-            text = generator(
-                Chat(messages),
-                max_new_tokens=max_tokens,
-                stopping_criteria=StoppingCriteriaList([_Abandoned()]),
-                **self._sampling,
-                **prefilled,
+            full = self._encode(self.prompt_text(messages)).to(self._hf_model.device)
+            prefilled = self._prefilled(messages, times, room=full.shape[1] + max_tokens)
+            cache = prefilled.get("cache") or self._decoding.growing_cache(
+                self._layers, full.shape[1] + max_tokens
             )
-            if token_times:
-                times.first_token_s = token_times[0] - started
-                times.decode_s = token_times[-1] - token_times[0]
-        times.prompt_tokens = self.count_tokens(messages)
-        times.completion_tokens = len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+            started = time.perf_counter()
+            decoded = self._decoding.decode(
+                self._hf_model, grammar, self._grammar_backend.llg_tokenizer, cache,
+                full[:, cache.get_seq_length():], max_tokens, temperature=self.temperature,
+                should_stop=lambda: stop.is_set() or closing.is_set(),
+            )
+            del cache
+        if decoded.token_times:
+            times.first_token_s = decoded.token_times[0] - started
+            times.decode_s = decoded.token_times[-1] - decoded.token_times[0]
+        text = self._tokenizer.decode(decoded.tokens, skip_special_tokens=True)
+        times.prompt_tokens = full.shape[1]
+        times.completion_tokens = len(decoded.tokens)
+        times.steps, times.forced_tokens = decoded.steps, decoded.forced
         self.last_call = times
         log.debug(
             "in-process call: grammar %.2f s, prefix prefill %.1f s (%d tokens), first token "
-            "%.1f s, decode %.1f s for %d tokens", times.grammar_s, times.prefix_prefill_s,
-            times.prefix_tokens, times.first_token_s, times.decode_s, times.completion_tokens,
+            "%.1f s, decode %.1f s for %d tokens in %d steps (%d forced)", times.grammar_s,
+            times.prefix_prefill_s, times.prefix_tokens, times.first_token_s, times.decode_s,
+            times.completion_tokens, times.steps, times.forced_tokens,
         )
         return JudgeResult(
             text=text,
@@ -379,12 +368,30 @@ class LocalTransformersJudge:
         """The prompt as Outlines renders a Chat."""
         return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def _prefilled(self, messages: list[Message], times: Optional[CallTimes] = None) -> dict[str, Any]:
-        """A `cache` holding the prompt's static prefix, when the prompt starts with it."""
-        prefix_text = self._tokenizer.apply_chat_template(messages[:-1], tokenize=False)
-        full_text = self.prompt_text(messages)
-        if len(messages) < 2 or not full_text.startswith(prefix_text):
+    def _prefilled(
+        self, messages: list[Message], times: Optional[CallTimes] = None, room: int = 0
+    ) -> dict[str, Any]:
+        """A `cache` of its own for one generation, holding the prompt's static prefix (when
+        the prompt starts with it) and room for `room` tokens in all."""
+        prefix = self._prefix(messages, times)
+        if prefix is None:
             return {}
+        ids, cache = prefix
+        # the same ids as the model will be given: a BOS added to the prompt is in both
+        full = self._encode(self.prompt_text(messages))
+        n = ids.shape[1]
+        if full.shape[1] <= n or not self._torch.equal(full[0, :n].to(ids.device), ids[0]):
+            return {}  # the tokens do not split at the prefix: prefill it all
+        if times is not None:
+            times.prefix_tokens = n
+        return {"cache": self._decoding.growing_cache(self._layers, max(room, n), prefix=cache)}
+
+    def _prefix(self, messages: list[Message], times: Optional[CallTimes] = None) -> Optional[tuple[Any, Any]]:
+        """The token ids and key/value cache of the prompt's static prefix (prefilled, read
+        from disk or kept from an earlier call), or None when the prompt has none."""
+        prefix_text = self._tokenizer.apply_chat_template(messages[:-1], tokenize=False)
+        if len(messages) < 2 or not self.prompt_text(messages).startswith(prefix_text):
+            return None
         if prefix_text in self._prefixes:
             self._prefixes.move_to_end(prefix_text)
         else:
@@ -404,20 +411,12 @@ class LocalTransformersJudge:
             self._prefixes[prefix_text] = (ids, cache)
             while len(self._prefixes) > self.prefix_entries:
                 self._prefixes.popitem(last=False)
-        ids, cache = self._prefixes[prefix_text]
-        # the same ids as the model will be given: a BOS added to the prompt is in both
-        full = self._encode(full_text)
-        n = ids.shape[1]
-        if full.shape[1] <= n or not self._torch.equal(full[0, :n].to(ids.device), ids[0]):
-            return {}  # the tokens do not split at the prefix: prefill it all
-        if times is not None:
-            times.prefix_tokens = n
-        return {"cache": copy_cache(cache)}
+        return self._prefixes[prefix_text]
 
     def prefill(self, messages: list[Message]) -> None:
         """Prefill the static prefix of `messages` (kept in memory, and on disk where stored)."""
         with self._turn:
-            self._prefilled(messages)
+            self._prefix(messages)
 
     async def generate(
         self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
@@ -443,10 +442,11 @@ class LocalTransformersJudge:
 def _return_freed_tensors_to_the_os() -> None:
     """Serve allocations of 1 MiB and more with mmap, so that a freed one leaves the process.
 
-    Decoding grows each layer's keys and values by allocating them anew at every token;
-    glibc's adaptive threshold then serves those megabyte blocks from the heap, where the
-    freed ones, each slightly too small for the next, stay: 2.66 GB peak for the main job.
-    A fixed threshold keeps it at 1.80 GB for 7 % more CPU (BENCHMARKS.md, "The main job").
+    Each call allocates its own key/value buffers (a few hundred MB, sized to its prompt and
+    answer budget) and frees them at its end; glibc's adaptive threshold then serves such
+    blocks from its heap, where the freed ones, each a different size from the next
+    request, stay. With a fixed threshold the main job peaks at 1.63 GB, against 2.13 GB
+    without, for the same CPU time (BENCHMARKS.md, "The main job").
     """
     try:
         import ctypes
