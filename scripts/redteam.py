@@ -61,7 +61,7 @@ def run_judge(pairs: list[dict], args: argparse.Namespace) -> None:
     config = judge_config(args)
     if config.is_small_local_model:
         print("note: no judge server configured; the embedded SmolLM2-135M judge runs on the CPU "
-              "(minutes per pair). It checks the plumbing: its pass rate means nothing.", file=sys.stderr)
+              "(about a minute per pair). It checks the plumbing: its pass rate means nothing.", file=sys.stderr)
     inputs = [PairInput(reference=p["reference"], candidate=p["candidate"], pair_id=p["pair_id"],
                         study_id=p.get("study_id"), modality=p["modality"], indication=p["indication"])
               for p in pairs]

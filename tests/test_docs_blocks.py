@@ -18,7 +18,7 @@ environment is offline with a throw-away Hugging Face home. The judge:
   refuses connections, so the documented failure results (None, the failed reward) are
   what the blocks print;
 * slow: no judge configured, so the embedded SmolLM2 judge, as a new user runs them
-  (minutes a pair on 2 cores; one answer store for the slow tests of the session).
+  (about a minute a pair on 2 cores; one answer store for the slow tests of the session).
 
 docs/records.md's example records are the output of its own blocks: the test compares
 them (timings aside); scripts/regen_records_example.py rewrites them.
