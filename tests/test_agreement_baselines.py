@@ -130,3 +130,20 @@ def test_stage_prompts_loader_is_not_confused_by_the_baselines_folder():
 
     assert load_instructions("match").startswith("# Stage:")
     assert prompt_version("extract", "chest_xray").startswith("v1-")
+
+
+def test_baseline_refuses_to_replace_records_without_force(server, tmp_path, capsys):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"pair_id": "a", "reference": "Small effusion.", "candidate": "No effusion."}) + "\n")
+    out = tmp_path / "count.jsonl"
+    run = ["baseline", str(pairs), "--method", "count", "-o", str(out),
+           "--base-url", server.base_url, "--model", "stub-judge", "--no-cache"]
+    assert main(run) == 0
+    written = out.read_text()
+    capsys.readouterr()
+    assert main(run) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"radmatch-audit: error: {out} exists and holds records: add --force to replace it")
+    assert out.read_text() == written  # untouched
+    assert main([*run, "--force"]) == 0
+    assert len(_records(out)) == 1

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from radmatch_audit.stages.baselines import METHODS
-from radmatch_audit.cli.common import EXIT_OK, EXIT_SOME_FAILED, fail, output_problem
+from radmatch_audit.cli.common import EXIT_OK, EXIT_SOME_FAILED, existing_output, fail, output_problem
 from radmatch_audit.cli.judge_options import (
     add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
 )
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         return fail(f"{args.input} holds no pairs")
     output = Path(args.output)
-    problem = output_problem(output, args.input)
+    problem = output_problem(output, args.input) or existing_output(output, force=args.force)
     if problem:
         return fail(problem)
     note_small_judge(config)
@@ -94,5 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, choices=list(METHODS))
     p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl",
                    help="baseline records, created owner-only (they hold report text)")
+    p.add_argument("--force", action="store_true",
+                   help="replace RECORDS.jsonl when it exists (without --force an existing one that "
+                        "holds records is refused)")
     add_pairs_arguments(p, "run only the first N rows")
     add_judge_arguments(p, "judge (as for `radmatch-audit evaluate`)")

@@ -58,6 +58,16 @@ def output_problem(output: Union[str, Path], input_path: str, *, folder: bool = 
     return None
 
 
+def existing_output(output: Union[str, Path], *, force: bool, resume: Optional[bool] = None) -> Optional[str]:
+    """Why OUT must not be written as asked: it holds records and neither --force (replace
+    them) nor, for a command that has it, --resume (keep them) was given; None when it may be."""
+    path = Path(output)
+    if resume or force or not path.is_file() or path.stat().st_size == 0:
+        return None
+    keep = "add --resume to keep them and evaluate the rest, or " if resume is not None else "add "
+    return f"{output} exists and holds records: {keep}--force to replace it"
+
+
 def note_replacing(output: Union[str, Path]) -> None:
     """Say that an existing regular file at `output` is about to be replaced."""
     if Path(output).is_file():

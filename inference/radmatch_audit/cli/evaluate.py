@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Iterator, Optional
 
-from radmatch_audit.cli.common import EXIT_OK, EXIT_SOME_FAILED, fail, output_problem, print_summary
+from radmatch_audit.cli.common import (
+    EXIT_OK, EXIT_SOME_FAILED, existing_output, fail, output_problem, print_summary,
+)
 from radmatch_audit.cli.interrupt import RunStopper
 from radmatch_audit.cli.judge_options import (
     add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
@@ -70,16 +71,6 @@ def _is_pair(item: object) -> bool:
     from radmatch_audit.records import PairInput
 
     return isinstance(item, PairInput)
-
-
-def existing_output(output: str, *, resume: bool, force: bool) -> Optional[str]:
-    """Why OUT must not be written as asked: it holds records and neither --resume
-    (keep them) nor --force (replace them) was given; None when it may be."""
-    path = Path(output)
-    if resume or force or not path.is_file() or path.stat().st_size == 0:
-        return None
-    return (f"{output} exists and holds records: add --resume to keep them and evaluate "
-            "the rest, or --force to replace it")
 
 
 def run(args: argparse.Namespace) -> int:
