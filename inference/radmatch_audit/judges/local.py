@@ -217,7 +217,7 @@ class LocalTransformersJudge:
         temperature: float = 0.0,
         prefix_dir: Optional[Path] = None,
     ) -> None:
-        # torch.compile of an outlines-core kernel costs ~19 s on the first call; eager is fine
+        # nothing here gains from torch.compile, and a compile costs seconds on the first call
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
         _return_freed_tensors_to_the_os()
         try:
