@@ -332,3 +332,43 @@ def test_grouped_attention_equals_attention_over_repeated_heads():
         ours, _ = grouped_sdpa(module, q, k, v, mask, scaling=0.25)
         theirs, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
         assert torch.allclose(ours, theirs, atol=1e-5), (queries, past)
+
+
+@pytest.fixture(scope="module")
+def sliding_judge(bos_model_dir, tmp_path_factory) -> LocalTransformersJudge:
+    """A random Mistral whose layers attend to a window of 8 tokens, far shorter than the
+    prompts: its caches keep only the window, so they cannot be copied into full buffers."""
+    import shutil
+
+    from transformers import MistralConfig, MistralForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-mistral-sliding")
+    for name in bos_model_dir.iterdir():
+        if "token" in name.name or name.name.endswith(".jinja"):
+            shutil.copy(name, folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    torch.manual_seed(1)
+    config = MistralConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, sliding_window=8,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id,
+    )
+    MistralForCausalLM(config).save_pretrained(folder)
+    return LocalTransformersJudge(folder, model_name="tiny-mistral-sliding", device="cpu")
+
+
+def test_a_sliding_window_model_keeps_its_own_cache_layers(sliding_judge):
+    msgs = messages("Say whether the finding is abnormal, and on which side.")
+    assert judge_prompt_tokens(sliding_judge, msgs) > 3 * 8  # the window matters
+    reused = next_token_logits(sliding_judge, msgs, reuse=True)
+    full = next_token_logits(sliding_judge, msgs, reuse=False)
+    assert torch.allclose(reused, full, atol=1e-4), (reused - full).abs().max()
+    cache = sliding_judge._prefilled(msgs)["cache"]
+    assert {type(layer).__name__ for layer in cache.layers} == {"DynamicSlidingWindowLayer"}
+    answer = asyncio.run(sliding_judge.generate(msgs, Verdict, max_tokens=40)).text
+    assert Verdict.model_validate_json(answer)
+
+
+def judge_prompt_tokens(judge: LocalTransformersJudge, msgs: list[dict]) -> int:
+    return judge._encode(judge.prompt_text(msgs)).shape[1]

@@ -225,7 +225,7 @@ class LocalTransformersJudge:
             import torch
             import transformers
             from outlines.backends.llguidance import LLGuidanceBackend
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
             from radmatch_audit.judges import decoding
         except ImportError as exc:  # pragma: no cover - depends on the install
@@ -267,7 +267,7 @@ class LocalTransformersJudge:
                     "this size with vLLM (serve/start_vllm.sh), or choose a smaller model"
                 )
         hf_model.eval()
-        self._layers = hf_model.config.get_text_config(decoder=True).num_hidden_layers
+        self._layers = len(DynamicCache(config=hf_model.config).layers)
         self.context_window = context_window or getattr(
             hf_model.config, "max_position_embeddings", None
         )
@@ -330,9 +330,7 @@ class LocalTransformersJudge:
             times.grammar_s = time.perf_counter() - started
             full = self._encode(self.prompt_text(messages)).to(self._hf_model.device)
             prefilled = self._prefilled(messages, times, room=full.shape[1] + max_tokens)
-            cache = prefilled.get("cache") or self._decoding.growing_cache(
-                self._layers, full.shape[1] + max_tokens
-            )
+            cache = prefilled.get("cache") or self._call_cache(full.shape[1] + max_tokens)
             started = time.perf_counter()
             decoded = self._decoding.decode(
                 self._hf_model, grammar, self._grammar_backend.llg_tokenizer, cache,
@@ -384,7 +382,26 @@ class LocalTransformersJudge:
             return {}  # the tokens do not split at the prefix: prefill it all
         if times is not None:
             times.prefix_tokens = n
-        return {"cache": self._decoding.growing_cache(self._layers, max(room, n), prefix=cache)}
+        return {"cache": self._call_cache(max(room, n), prefix=cache)}
+
+    def _call_cache(self, capacity: int, prefix: Any = None) -> Any:
+        """A generation's own key/value cache, holding a copy of `prefix` when given.
+
+        Written in place (`decoding.growing_cache`) when every layer attends to the whole
+        sequence; a model with sliding-window layers (whose caches keep only the window)
+        gets transformers' own layers, the prefix's deep-copied.
+        """
+        import copy
+
+        from transformers import DynamicCache
+
+        if prefix is None:
+            default = DynamicCache(config=self._hf_model.config)
+            if not _dynamic(default):
+                return default
+        elif not _dynamic(prefix):
+            return copy.deepcopy(prefix)
+        return self._decoding.growing_cache(self._layers, capacity, prefix=prefix)
 
     def _prefix(self, messages: list[Message], times: Optional[CallTimes] = None) -> Optional[tuple[Any, Any]]:
         """The token ids and key/value cache of the prompt's static prefix (prefilled, read
