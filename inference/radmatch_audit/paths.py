@@ -1,8 +1,11 @@
-"""Where RadMatch keeps what it caches on the user's machine."""
+"""Where RadMatch keeps what it caches on the user's machine, and where it was installed
+from (for the pip lines that error messages print)."""
 
 from __future__ import annotations
 
+import json
 import os
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 CACHE_DIR_ENV = "RADMATCH_CACHE_DIR"
@@ -28,13 +31,11 @@ def install_command(extra: str) -> str:
 
 
 def _source() -> str:
+    """This checkout, else the URL pip recorded, else a placeholder to fill in."""
     checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file() and (checkout / "inference").is_dir():
         return str(checkout)
     try:
-        from importlib.metadata import PackageNotFoundError, distribution
-        import json
-
         recorded = json.loads(distribution(DISTRIBUTION).read_text("direct_url.json") or "{}")
     except (PackageNotFoundError, ValueError, OSError):
         recorded = {}
