@@ -271,7 +271,9 @@ class LocalTransformersJudge:
         self.context_window = context_window or getattr(
             hf_model.config, "max_position_embeddings", None
         )
-        if self.device == "cpu":  # on a GPU, transformers' SDPA picks its fused kernels itself
+        # SDPA without repeated key/value heads; on a GPU, transformers' SDPA picks its fused
+        # kernels itself, and a model that asked for another attention keeps it
+        if self.device == "cpu" and getattr(hf_model.config, "_attn_implementation", None) == "sdpa":
             hf_model.set_attn_implementation(decoding.GROUPED_SDPA)
         self._decoding = decoding
         self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
