@@ -372,3 +372,9 @@ def test_a_sliding_window_model_keeps_its_own_cache_layers(sliding_judge):
 
 def judge_prompt_tokens(judge: LocalTransformersJudge, msgs: list[dict]) -> int:
     return judge._encode(judge.prompt_text(msgs)).shape[1]
+
+
+def test_the_cpu_judge_attends_without_repeating_heads(judge):
+    from radmatch_audit.judges.decoding import GROUPED_SDPA
+
+    assert judge._hf_model.config._attn_implementation == GROUPED_SDPA
