@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import f, m, matching, record, row
+from builders import f, matching, record, row
 from radmatch_audit.recompute import score_record
 from radmatch_audit.schemas import (
     CANONICAL_LIMITS,
