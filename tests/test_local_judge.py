@@ -87,9 +87,9 @@ def next_token_logits(judge: LocalTransformersJudge, msgs: list[dict], *, reuse:
         if not reuse:
             return judge._hf_model(input_ids=full).logits[0, -1]
         cached = judge._prefilled(msgs)
-        assert "cache" in cached, "the prefix was not reused"
-        n = cached["cache"].get_seq_length()
-        return judge._hf_model(input_ids=full[:, n:], cache=cached["cache"]).logits[0, -1]
+        assert cached is not None, "the prefix was not reused"
+        n = cached.get_seq_length()
+        return judge._hf_model(input_ids=full[:, n:], cache=cached).logits[0, -1]
 
 
 def test_prefix_reuse_gives_the_logits_of_a_full_prefill(judge):
@@ -114,7 +114,7 @@ class Verdict(BaseModel):
 def test_prefix_reuse_gives_the_answer_of_a_full_prefill(judge, monkeypatch):
     msgs = messages("Say whether the finding is abnormal, and on which side.")
     reused = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
-    monkeypatch.setattr(judge, "_prefilled", lambda m, times=None, room=0: {})  # a full prefill every call
+    monkeypatch.setattr(judge, "_prefilled", lambda m, times=None, room=0, full=None: None)  # a full prefill every call
     full = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
     assert reused.text == full.text  # greedy: the same logits give the same answer
     assert reused.text.startswith('{"label"')
@@ -145,7 +145,7 @@ def test_a_prefix_prefilled_by_an_earlier_judge_is_read_from_disk(bos_model_dir,
     assert len(list(tmp_path.glob("*.safetensors"))) == 1
     later = LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=tmp_path)
     monkeypatch.setattr(later._hf_model, "forward", None)  # any prefill would fail
-    from_disk = later._prefilled(msgs)["cache"]
+    from_disk = later._prefilled(msgs)
     monkeypatch.undo()
     full = later._encode(later.prompt_text(msgs))
     n = from_disk.get_seq_length()
@@ -364,7 +364,7 @@ def test_a_sliding_window_model_keeps_its_own_cache_layers(sliding_judge):
     reused = next_token_logits(sliding_judge, msgs, reuse=True)
     full = next_token_logits(sliding_judge, msgs, reuse=False)
     assert torch.allclose(reused, full, atol=1e-4), (reused - full).abs().max()
-    cache = sliding_judge._prefilled(msgs)["cache"]
+    cache = sliding_judge._prefilled(msgs)
     assert {type(layer).__name__ for layer in cache.layers} == {"DynamicSlidingWindowLayer"}
     answer = asyncio.run(sliding_judge.generate(msgs, Verdict, max_tokens=40)).text
     assert Verdict.model_validate_json(answer)

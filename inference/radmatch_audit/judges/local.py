@@ -21,6 +21,7 @@ at its next token, so that nothing keeps running behind the caller's back.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import logging
@@ -41,9 +42,6 @@ log = logging.getLogger(__name__)
 
 THREADS_ENV = "RADMATCH_TORCH_THREADS"
 PREFIX_ENTRIES = 3  # prefilled prefixes kept: one per stage of one modality
-# llguidance builds each token's mask as it decodes: a schema costs milliseconds, not the
-# seconds to a minute (and hundreds of MB) of outlines-core's whole-vocabulary index
-GRAMMAR_BACKEND = "llguidance"
 GRAMMARS = 16  # schemas kept (the grading schema differs with every set of rows sent)
 # prefilled prefixes kept on disk for the embedded CPU judge (about 0.2 GB each, fp32)
 PREFIX_FILES = 6
@@ -267,7 +265,11 @@ class LocalTransformersJudge:
                     "this size with vLLM (serve/start_vllm.sh), or choose a smaller model"
                 )
         hf_model.eval()
-        self._layers = len(DynamicCache(config=hf_model.config).layers)
+        layers = DynamicCache(config=hf_model.config)  # the kinds of layer the model caches
+        self._layers = len(layers.layers)
+        # every layer attends to the whole sequence (no sliding window): its cache can be a
+        # buffer written in place
+        self._full_attention = _dynamic(layers)
         self.context_window = context_window or getattr(
             hf_model.config, "max_position_embeddings", None
         )
@@ -277,6 +279,8 @@ class LocalTransformersJudge:
             hf_model.set_attn_implementation(decoding.GROUPED_SDPA)
         self._decoding = decoding
         self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
+        # llguidance works out each token's mask as it decodes: a schema costs milliseconds,
+        # not the seconds to a minute (and hundreds of MB) of outlines-core's vocabulary index
         self._grammar_backend = LLGuidanceBackend(self._outlines)
         self._hf_model = hf_model
         self._grammars: OrderedDict[type[BaseModel], str] = OrderedDict()
@@ -296,7 +300,6 @@ class LocalTransformersJudge:
         self.temperature = temperature
         # part of the answer cache key; None keeps the greedy judge's entries as they were
         self.settings = {"temperature": temperature} if temperature > 0 else None
-        self._sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {}
 
     def count_tokens(self, messages: list[Message]) -> int:
         ids = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -331,15 +334,15 @@ class LocalTransformersJudge:
             grammar = self._grammar(schema)
             times.grammar_s = time.perf_counter() - started
             full = self._encode(self.prompt_text(messages)).to(self._hf_model.device)
-            prefilled = self._prefilled(messages, times, room=full.shape[1] + max_tokens)
-            cache = prefilled.get("cache") or self._call_cache(full.shape[1] + max_tokens)
+            room = full.shape[1] + max_tokens
+            cache = self._prefilled(messages, times, room=room, full=full) or self._call_cache(room)
             started = time.perf_counter()
             decoded = self._decoding.decode(
                 self._hf_model, grammar, self._grammar_backend.llg_tokenizer, cache,
                 full[:, cache.get_seq_length():], max_tokens, temperature=self.temperature,
                 should_stop=lambda: stop.is_set() or closing.is_set(),
             )
-            del cache
+            del cache  # freed before the next call's turn: two calls' buffers never coexist
         if decoded.token_times:
             times.first_token_s = decoded.token_times[0] - started
             times.decode_s = decoded.token_times[-1] - decoded.token_times[0]
@@ -369,22 +372,25 @@ class LocalTransformersJudge:
         return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def _prefilled(
-        self, messages: list[Message], times: Optional[CallTimes] = None, room: int = 0
-    ) -> dict[str, Any]:
-        """A `cache` of its own for one generation, holding the prompt's static prefix (when
-        the prompt starts with it) and room for `room` tokens in all."""
+        self, messages: list[Message], times: Optional[CallTimes] = None, room: int = 0,
+        full: Any = None,
+    ) -> Any:
+        """A cache of its own for one generation, holding the prompt's static prefix and room
+        for `room` tokens in all; None when the prompt does not start with a reusable prefix.
+        `full` is the whole prompt's token ids, when the caller has them."""
         prefix = self._prefix(messages, times)
         if prefix is None:
-            return {}
+            return None
         ids, cache = prefix
         # the same ids as the model will be given: a BOS added to the prompt is in both
-        full = self._encode(self.prompt_text(messages))
+        if full is None:
+            full = self._encode(self.prompt_text(messages))
         n = ids.shape[1]
         if full.shape[1] <= n or not self._torch.equal(full[0, :n].to(ids.device), ids[0]):
-            return {}  # the tokens do not split at the prefix: prefill it all
+            return None  # the tokens do not split at the prefix: prefill it all
         if times is not None:
             times.prefix_tokens = n
-        return {"cache": self._call_cache(max(room, n), prefix=cache)}
+        return self._call_cache(max(room, n), prefix=cache)
 
     def _call_cache(self, capacity: int, prefix: Any = None) -> Any:
         """A generation's own key/value cache, holding a copy of `prefix` when given.
@@ -393,17 +399,13 @@ class LocalTransformersJudge:
         sequence; a model with sliding-window layers (whose caches keep only the window)
         gets transformers' own layers, the prefix's deep-copied.
         """
-        import copy
-
+        if self._full_attention:
+            return self._decoding.growing_cache(self._layers, capacity, prefix=prefix)
+        if prefix is not None:
+            return copy.deepcopy(prefix)
         from transformers import DynamicCache
 
-        if prefix is None:
-            default = DynamicCache(config=self._hf_model.config)
-            if not _dynamic(default):
-                return default
-        elif not _dynamic(prefix):
-            return copy.deepcopy(prefix)
-        return self._decoding.growing_cache(self._layers, capacity, prefix=prefix)
+        return DynamicCache(config=self._hf_model.config)
 
     def _prefix(self, messages: list[Message], times: Optional[CallTimes] = None) -> Optional[tuple[Any, Any]]:
         """The token ids and key/value cache of the prompt's static prefix (prefilled, read
