@@ -125,8 +125,8 @@ def test_an_abandoned_generation_stops_at_once(local_judge):
 
     schema = answer_models(SMALL_MODEL_LIMITS).extract
     messages = build_messages("extract", "chest_xray", {"report": "Small left effusion. " * 20, "indication": None})
-    local_judge._grammar(schema)  # compile the grammar and prefill the static prefix
-    local_judge._prefilled(messages)  # outside the timed part: neither can stop midway
+    local_judge._grammar(schema)  # compile the grammar ...
+    local_judge._prefilled(messages)  # ... and prefill the prefix outside the timed part: neither can stop midway
 
     async def start_then_cancel():
         task = asyncio.ensure_future(local_judge.generate(messages, schema, max_tokens=1700))

@@ -179,4 +179,3 @@ def test_recompute_and_dashboard_outputs_are_owner_only_and_a_replacement_is_sai
         output.unlink()
         code, _, err = cli(command, str(records), "-o", str(output), capsys=capsys)
         assert code == 0 and "replacing" not in err and output.stat().st_mode & 0o777 == 0o600
-
