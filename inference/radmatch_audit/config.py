@@ -108,6 +108,11 @@ class JudgeConfig(BaseModel):
         "run the stages K times per pair and store every sample, to see how stable a score is "
         "(default 1; use with a temperature above 0)", env="RADMATCH_SAMPLES", metavar="K",
         evaluate_only=True)] = 1
+    adjudication: Annotated[bool, Option(
+        "the error adjudication: one more judge call per pair that counts the clinically "
+        "significant errors of its units in context (significant_errors; on by default); "
+        "--no-adjudication, adjudication=False or RADMATCH_ADJUDICATION=0: skip it",
+        env="RADMATCH_ADJUDICATION", flag="--no-adjudication", evaluate_only=True)] = True
     max_tokens: Annotated[Optional[dict[str, int]], Option(
         'answer tokens per stage over the decoding\'s budgets, e.g. {"extract": 4096}', flag=None)] = None
 

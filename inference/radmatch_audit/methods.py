@@ -6,7 +6,8 @@ method returns the pair's record, failed or not: a judge that fails gives a reco
 `error` and `failure` and no count, never zero errors.
 
 - `RadMatch`: indication, extract, match, repair, grade (`stages.run_stages`), `samples`
-  times when asked, then the scores (`scoring.score_record`) -> `records.Record`;
+  times when asked, then the scores (`scoring.score_record`), then the error
+  adjudication of the scored units (`stages.adjudication`) -> `records.Record`;
 - `Baseline`: the paper's count or enumerate, one call -> `records.BaselineRecord`.
 """
 
@@ -27,6 +28,7 @@ from radmatch_audit.records import (
 from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits
 from radmatch_audit.scoring import score_record
 from radmatch_audit.stages import JudgeStage, pair_stages, run_stages
+from radmatch_audit.stages.adjudication import adjudicate, adjudication_failed
 from radmatch_audit.stages.baselines import METHODS as BASELINES
 from radmatch_audit.stages.baselines import baseline_stage
 from radmatch_audit.vocabulary import STAGES
@@ -53,12 +55,13 @@ class Method(ABC):
 
 def make_method(
     name: str, *, limits: Limits = SERVER_LIMITS, max_tokens: Optional[dict[str, int]] = None,
-    samples: int = 1,
+    samples: int = 1, adjudication: bool = True,
 ) -> Method:
     """The method called `name` ("radmatch", "count", "enumerate") under `limits`; a
-    baseline takes a small model's caps when `limits` are SMALL_MODEL_LIMITS."""
+    baseline takes a small model's caps when `limits` are SMALL_MODEL_LIMITS.
+    `adjudication=False` leaves RadMatch's error adjudication out."""
     if name == "radmatch":
-        return RadMatch(limits, max_tokens, samples)
+        return RadMatch(limits, max_tokens, samples, adjudication)
     if name in BASELINES:
         if samples != 1:
             raise ValueError(f"the {name} baseline makes one call per pair; samples must be 1, got {samples}")
@@ -67,15 +70,17 @@ def make_method(
 
 
 class RadMatch(Method):
-    """RadMatch's stages over a pair, `samples` times, then its scores."""
+    """RadMatch's stages over a pair, `samples` times, then its scores, then the error
+    adjudication of the first sample's units (unless `adjudication=False`)."""
 
     name = "radmatch"
 
     def __init__(self, limits: Limits = SERVER_LIMITS, max_tokens: Optional[dict[str, int]] = None,
-                 samples: int = 1) -> None:
+                 samples: int = 1, adjudication: bool = True) -> None:
         self.limits = limits
         self.samples = samples
-        self.stages = pair_stages(limits, max_tokens)
+        self.adjudication = adjudication
+        self.stages = pair_stages(limits, max_tokens, adjudication)
 
     def judge_info(self, judge: Judge, modality: str) -> JudgeInfo:
         return JudgeInfo(
@@ -116,6 +121,8 @@ class RadMatch(Method):
             record = score_record(record)
         except Exception as exc:
             record.fail(failure_of(exc, pair_id))
+        if self.adjudication and record.error is None:
+            record = await self._adjudicate(record, asker(0))
         if record.error is not None and record.samples is not None:
             try:  # the pair failed; the samples that ran are scored all the same
                 record = score_record(record)
@@ -129,6 +136,17 @@ class RadMatch(Method):
                              unreported_calls=spend.unreported, **_counts(spend))
         record.judge.exemplars_used = spend.exemplars
         return record
+
+    async def _adjudicate(self, record: Record, ask: Callable[..., Any]) -> Record:
+        """The record with its error adjudication, re-scored; a failure of this stage is
+        kept in the stage and flagged, and the pair's other scores stand."""
+        try:
+            record.stages.adjudication = await adjudicate(record, ask)
+        except Exception as exc:
+            failure = failure_of(exc, record.pair_id)
+            record.stages.adjudication = adjudication_failed(record, failure.message())
+            record.flags.append(f"adjudication failed, significant_errors is null: {failure.message()}")
+        return score_record(record)
 
     async def _run_samples(self, record: Record, asker: Callable[[int], Any]) -> None:
         """Run the stages `samples` times at once: sample 0 into the record, the rest beside it.

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from radmatch_audit.vocabulary import STAGES
+from radmatch_audit.vocabulary import SCORING_STAGES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BASELINE_SCHEMA_VERSION = 1
 BASELINE = "baseline"  # the `record_type` of a baseline record; an audit record has none
 
@@ -26,7 +26,7 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     judge = data.get("judge")
     if isinstance(judge, dict) and isinstance(judge.get("prompt_version"), str):
         version = judge["prompt_version"]
-        data["judge"] = {**judge, "prompt_version": {stage: version for stage in STAGES}}
+        data["judge"] = {**judge, "prompt_version": {stage: version for stage in SCORING_STAGES}}
     return data
 
 
@@ -66,9 +66,27 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _unit_counts(scores: Any) -> None:
+    units = scores.get("units") if isinstance(scores, dict) else None
+    for unit in units if isinstance(units, list) else ():
+        if isinstance(unit, dict) and "actionable_errors" not in unit:
+            unit["actionable_errors"] = 1 if unit.get("actionable") is True else 0
+
+
+def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 adds the error adjudication (`stages.adjudication`, `scores.significant_errors`,
+    absent before: not run) and what each unit adds to `actionable_errors` (under the
+    contract a version-3 record was scored by, 1 for an actionable unit, else 0)."""
+    _unit_counts(data.get("scores"))
+    for sample in data.get("samples") or []:
+        if isinstance(sample, dict):
+            _unit_counts(sample.get("scores"))
+    return data
+
+
 # version N -> function turning a version-N dict into a version-(N+1) dict, per record_type
 Migrations = dict[int, Callable[[dict[str, Any]], dict[str, Any]]]
-MIGRATIONS: Migrations = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: Migrations = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 BASELINE_MIGRATIONS: Migrations = {}  # version 1 is the first
 _FORMATS: dict[Optional[str], tuple[int, Migrations]] = {
     None: (SCHEMA_VERSION, MIGRATIONS),

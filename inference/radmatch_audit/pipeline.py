@@ -75,14 +75,16 @@ class Evaluator:
         memo_entries: int = MEMO_ENTRIES,
         close_judge: bool = True,
         samples: int = 1,
+        adjudication: bool = True,
         config: Optional[JudgeConfig] = None,
     ) -> None:
         """With `config` (as `from_config` gives it), the run's settings are the config's and
-        the keywords modality to samples are not read; the evaluator keeps it as `config`."""
+        the keywords modality to adjudication are not read; the evaluator keeps it as `config`."""
         if config is not None:
             modality, concurrency, cache_dir = config.modality, config.resolved_concurrency, config.answer_cache_dir()
             limits, max_tokens, retries = config.limits, config.stage_max_tokens(), config.retries
             samples = config.samples if method == "radmatch" else 1  # a baseline's one call
+            adjudication = config.adjudication
         self.config = config
         check_modality(modality, "The 'modality' parameter of Evaluator")
         if concurrency < 1:
@@ -95,7 +97,7 @@ class Evaluator:
         self.concurrency = concurrency
         self.limits = limits or SERVER_LIMITS
         self.method = method if isinstance(method, Method) else make_method(
-            method, limits=self.limits, max_tokens=max_tokens, samples=samples)
+            method, limits=self.limits, max_tokens=max_tokens, samples=samples, adjudication=adjudication)
         self.stats = RunStats()
         self.calls = JudgeCalls(
             judge,

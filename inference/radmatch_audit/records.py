@@ -20,7 +20,7 @@ from radmatch_audit.migrations import (  # noqa: F401 (the versions and migratio
     BASELINE, BASELINE_MIGRATIONS, BASELINE_SCHEMA_VERSION, MIGRATIONS, SCHEMA_VERSION,
     UnknownSchemaVersion, migrate,
 )
-from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer
+from radmatch_audit.schemas import AdjudicationStage, Finding, GradingStage, MatchingAnswer
 # the score types sit below both this record format and the scoring core (which reads and
 # writes records in scoring.record): the record embeds scores, it does not depend on scoring
 from radmatch_audit.scores import Scores
@@ -68,6 +68,7 @@ class Stages(BaseModel):
     candidate_findings: Optional[list[Finding]] = None
     matching: Optional[MatchingAnswer] = None
     grading: Optional[GradingStage] = None
+    adjudication: Optional[AdjudicationStage] = None  # after scoring; absent when not run
 
 
 class JudgeInfo(BaseModel):
@@ -107,6 +108,7 @@ class Timings(BaseModel):
     extract: float = 0.0
     match: float = 0.0
     grade: float = 0.0
+    adjudicate: float = 0.0
     total: float = 0.0
 
 
@@ -206,7 +208,7 @@ class Record(BaseModel):
         return self.model_dump_json(exclude=exclude or None)
 
 
-_OPTIONAL_STAGES = ("reference_findings", "candidate_findings", "matching", "grading")
+_OPTIONAL_STAGES = ("reference_findings", "candidate_findings", "matching", "grading", "adjudication")
 
 
 class BaselineJudge(BaseModel):

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model,
 from radmatch_audit.vocabulary import (
     ClinicalStatus,
     Comparison,
+    MAX_UNIT_ERRORS,
     ErrorSeverity,
     GradedDimension,
     MatchScope,
@@ -49,6 +50,8 @@ from radmatch_audit.vocabulary import (
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 _LENIENT = ConfigDict(extra="ignore", allow_inf_nan=False)
 PRED_ID = r"^p_[0-9]{1,2}$"
+# an adjudication entry's count: an enum, so that every grammar backend bounds it
+UnitErrorCount = Literal[tuple(range(MAX_UNIT_ERRORS + 1))]  # type: ignore[valid-type]
 GT_ID = r"^gt_[0-9]{1,2}$"
 
 
@@ -69,7 +72,9 @@ class Limits:
     reasoning: Optional[int]
     errors_per_match: Optional[int]
     indication: Optional[int]
-    exact_grade_length: bool  # the grammar admits exactly one grading entry per row sent
+    exact_grade_length: bool  # the grammar admits exactly one grading (adjudication) entry per row (unit) sent
+    unlisted: Optional[int] = None  # adjudication: significant errors that no unit holds
+    description: Optional[int] = None  # adjudication: the length of each of those
 
     def tightest(self, other: "Limits") -> "Limits":
         """Each cap the smaller of the two (None is no cap)."""
@@ -87,6 +92,7 @@ class Limits:
 CANONICAL_LIMITS = Limits(
     findings=60, text=400, evidence=4, quote=400, measurements=12, unit=24, rows=200,
     reasoning=300, errors_per_match=5, indication=2000, exact_grade_length=True,
+    unlisted=10, description=300,
 )
 # Strings at their canonical caps, so that a repetition loop inside one ends there, not
 # at the token budget: xgrammar (serve/start_vllm.sh's backend) compiles these schemas
@@ -96,6 +102,7 @@ CANONICAL_LIMITS = Limits(
 SERVER_LIMITS = Limits(
     findings=None, text=400, evidence=4, quote=400, measurements=8, unit=24, rows=None,
     reasoning=300, errors_per_match=5, indication=2000, exact_grade_length=False,
+    unlisted=10, description=300,
 )
 # Sized so that the longest JSON these caps allow fits SMALL_MODEL_MAX_TOKENS (below):
 # with SmolLM2's tokenizer a full extraction answer is about 1,100 tokens of 1,700. The
@@ -107,12 +114,15 @@ SERVER_LIMITS = Limits(
 SMALL_MODEL_LIMITS = Limits(
     findings=6, text=120, evidence=2, quote=100, measurements=2, unit=16, rows=16,
     reasoning=100, errors_per_match=2, indication=300, exact_grade_length=True,
+    unlisted=2, description=80,
 )
 # Answer tokens per stage, beside the caps they go with: for a capable served judge, and
 # for a small model. Each stage object holds its own (radmatch_audit.stages.pair_stages);
 # JudgeConfig.max_tokens overrides them per stage.
-SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144}
-SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048}
+SERVER_MAX_TOKENS = {"extract": 8192, "match": 6144, "grade": 6144, "adjudicate": 4096}
+# adjudicate: 16 units of about 40 tokens (a 100-character reasoning) and two short
+# unlisted errors fit in 900
+SMALL_MODEL_MAX_TOKENS = {"extract": 1700, "match": 1400, "grade": 2048, "adjudicate": 900}
 
 
 # --------------------------------------------------------------------------- answers
@@ -125,6 +135,7 @@ class AnswerModels:
     extract: type[BaseModel]
     match: type[BaseModel]
     grade: type[BaseModel]
+    adjudicate: type[BaseModel]
     exact_grade_length: bool
     checks_grade_rows: bool = False  # validators: every row sent graded exactly once, by id
 
@@ -134,7 +145,13 @@ class AnswerModels:
         """The stage's model. For grading with the rows sent: under an exact grammar one
         whose i-th entry carries the i-th row's ids (given only their number, one fixing
         the number of entries); a validator checks that the entries grade each row sent
-        once, by id, in any order."""
+        once, by id, in any order. For the adjudication, `rows` is the number of units
+        shown: an exact grammar numbers the entries 1..n in order; a validator checks
+        that every unit is answered once, in any order."""
+        if stage == "adjudicate" and isinstance(rows, int):
+            if self.checks_grade_rows:
+                return UnitsChecked(_adjudication_units_checked(self.adjudicate), rows)
+            return _adjudicate_fixed(self.adjudicate, rows) if self.exact_grade_length else self.adjudicate
         if stage != "grade" or rows is None:
             return getattr(self, stage)
         if isinstance(rows, int):
@@ -239,6 +256,78 @@ class RowsChecked:
         return self.model.model_validate_json(text, context={"rows": self.rows})
 
 
+def _adjudication_entry(adjudicate: type[BaseModel]) -> type[BaseModel]:
+    return get_args(adjudicate.model_fields["units"].annotation)[0]
+
+
+@lru_cache(maxsize=64)
+def _adjudicate_fixed(adjudicate: type[BaseModel], units: int) -> type[BaseModel]:
+    """Exactly `units` entries numbered 1..units in order (prefixItems, a const per number),
+    as `_grade_fixed` fixes the grading rows for a small judge."""
+    entry = _adjudication_entry(adjudicate)
+    entries = tuple(
+        create_model(
+            f"AdjudicatedUnit{i}",
+            __config__=_STRICT,
+            unit=(Literal[i], ...),
+            reasoning=(entry.model_fields["reasoning"].annotation, entry.model_fields["reasoning"]),
+            errors=(entry.model_fields["errors"].annotation, ...),
+        )
+        for i in range(1, units + 1)
+    )
+    unlisted = adjudicate.model_fields["unlisted"]
+    return create_model(
+        "AdjudicationAnswer", __config__=_STRICT,
+        units=(tuple[entries], ...),
+        unlisted=(unlisted.annotation, unlisted),
+    )
+
+
+def adjudication_units_problem(given: Sequence[int], shown: int) -> Optional[str]:
+    """Why an adjudication answer does not answer units 1..shown exactly once, or None."""
+    seen: set[int] = set()
+    for number in given:
+        if not 1 <= number <= shown:
+            return f"the adjudicate answer has an entry for unit {number}, which was not shown"
+        if number in seen:
+            return f"the adjudicate answer answers unit {number} more than once"
+        seen.add(number)
+    missing = [str(n) for n in range(1, shown + 1) if n not in seen]
+    if missing:
+        return f"the adjudicate answer has no entry for unit(s) {', '.join(missing)}"
+    return None
+
+
+@lru_cache(maxsize=8)
+def _adjudication_units_checked(adjudicate: type[BaseModel]) -> type[BaseModel]:
+    """`adjudicate`, checking that it answers every unit shown (given as validation context)."""
+
+    def every_unit_once(answer: BaseModel, info: ValidationInfo) -> BaseModel:
+        shown = (info.context or {}).get("units")
+        problem = shown is not None and adjudication_units_problem([e.unit for e in answer.units], shown)
+        if problem:
+            raise ValueError(problem)
+        return answer
+
+    return create_model(
+        "AdjudicationAnswer",
+        __base__=adjudicate,
+        __validators__={"every_unit_once": model_validator(mode="after")(every_unit_once)},
+    )
+
+
+class UnitsChecked(RowsChecked):
+    """The adjudication validator for a number of units shown (as `RowsChecked` for rows)."""
+
+    __slots__ = ()
+
+    def model_validate(self, obj: Any) -> BaseModel:
+        return self.model.model_validate(obj, context={"units": self.rows})
+
+    def model_validate_json(self, text: Union[str, bytes]) -> BaseModel:
+        return self.model.model_validate_json(text, context={"units": self.rows})
+
+
 class _QuotesItsText(BaseModel):
     """An extracted finding whose answer leaves `evidence` out quotes its own text.
 
@@ -309,7 +398,25 @@ def answer_models(limits: Limits) -> AnswerModels:
         gt_id=(gt_id, ...),
         errors=(list[error], Field(default_factory=list, max_length=limits.errors_per_match)),
     )
+    adjudicated_unit = create_model(
+        "AdjudicatedUnit",  # reasoning before the verdict
+        __config__=_STRICT,
+        unit=(int, Field(ge=1)),
+        reasoning=(str, Field(min_length=1, max_length=limits.reasoning)),
+        errors=(UnitErrorCount, ...),
+    )
+    unlisted_error = create_model(
+        "UnlistedError",
+        __config__=_STRICT,
+        description=(str, Field(min_length=1, max_length=limits.description)),
+    )
     return AnswerModels(
+        adjudicate=create_model(
+            "AdjudicationAnswer",
+            __config__=_STRICT,
+            units=(list[adjudicated_unit], Field(max_length=limits.rows)),
+            unlisted=(list[unlisted_error], Field(default_factory=list, max_length=limits.unlisted)),
+        ),
         extract=create_model(
             "ExtractionAnswer",
             __config__=_STRICT,
@@ -346,6 +453,7 @@ ANSWER_MODELS: dict[str, type[BaseModel]] = {
     "extract": CANONICAL.extract,
     "match": CANONICAL.match,
     "grade": CANONICAL.grade,
+    "adjudicate": CANONICAL.adjudicate,
 }
 
 
@@ -451,3 +559,59 @@ class GradingStage(BaseModel):
             if entry.pred_id == pred_id and entry.gt_id == gt_id:
                 found = (found or []) + entry.errors
         return found
+
+
+class ShownUnit(BaseModel):
+    """A unit as the error adjudication was shown it: its outcome and findings' ids.
+
+    Its number in the adjudication is its position in `AdjudicationStage.units`, from 1.
+    """
+
+    model_config = _LENIENT
+
+    kind: str  # MIS, SPU, INC or PAR
+    gt_ids: list[str] = Field(default_factory=list)
+    pred_ids: list[str] = Field(default_factory=list)
+
+    def key(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        return self.kind, tuple(sorted(self.gt_ids)), tuple(sorted(self.pred_ids))
+
+
+class StoredAdjudicatedUnit(BaseModel):
+    """One adjudication entry as the judge gave it."""
+
+    model_config = _LENIENT
+
+    unit: int
+    reasoning: str = ""
+    errors: int
+
+
+class StoredUnlistedError(BaseModel):
+    model_config = _LENIENT
+
+    description: str = ""
+
+
+class AdjudicationAnswer(BaseModel):
+    """The adjudication's answer as stored (validated strictly when it arrived)."""
+
+    model_config = _LENIENT
+
+    units: list[StoredAdjudicatedUnit] = Field(default_factory=list)
+    unlisted: list[StoredUnlistedError] = Field(default_factory=list)
+
+
+class AdjudicationStage(BaseModel):
+    """The error adjudication as stored: the units it was shown, in order, and its answer.
+
+    With no unit to show no call is made and the answer is empty. A call that failed
+    keeps the units and `error` (the stage's failure message) and no answer: the pair's
+    other scores stand and `significant_errors` is null.
+    """
+
+    model_config = _LENIENT
+
+    units: list[ShownUnit] = Field(default_factory=list)
+    answer: Optional[AdjudicationAnswer] = None
+    error: Optional[str] = None

@@ -21,6 +21,10 @@ from radmatch_audit.schemas import MatchScope
 
 Outcome = Literal["COR", "PAR", "INC", "MIS", "SPU"]
 UnitKind = Literal["matched", "mis", "spu", "generic"]
+# "current": its answer fits the units scoring derives now; "stale": the units differ
+# (a later contract change), so it no longer counts; "failed": its call failed;
+# "invalid": a stored answer that does not answer each unit shown once; "off": not run
+AdjudicationState = Literal["current", "stale", "failed", "invalid", "off"]
 Dimension = Literal[
     "status", "comparison", "measurement", "location", "severity", "morphology", "certainty"
 ]
@@ -53,6 +57,12 @@ class Unit:
     tier: str
     actionable: bool
     errors: list[UnitError]
+    # what the unit adds to `actionable_errors`: 0 unless actionable, 1, or for an INC unit
+    # with status inversions one per distinct inverted finding (contract 4, 2026-12-05)
+    actionable_errors: int = 0
+    # the error adjudication's count for the unit (0-5); None when it was not shown the
+    # unit (a COR or generic unit) or the adjudication did not run, failed or is stale
+    significant_errors: Optional[int] = None
 
 
 @dataclass(slots=True)
@@ -92,3 +102,9 @@ class Scores:
     attributes: dict[str, dict[str, int]]
     subsets: dict[str, dict[str, int]]
     units: list[Unit]
+    # the error adjudication (docs/scoring.md section 5): clinically significant errors in
+    # context, None unless `adjudication` is "current"; `unlisted_errors` are those it
+    # listed that no unit holds (included in significant_errors)
+    significant_errors: Optional[int] = None
+    adjudication: AdjudicationState = "off"
+    unlisted_errors: int = 0

@@ -24,9 +24,13 @@ MODALITIES: tuple[str, ...] = get_args(Modality)
 DEFAULT_MODALITY = "chest_xray"
 
 # The judge's stages, in the order one pair runs them. The indication is read by code
-# (radmatch_audit.indication), not asked of the judge.
-Stage = Literal["extract", "match", "grade"]
+# (radmatch_audit.indication), not asked of the judge; the error adjudication runs after
+# scoring, on the units scoring made (docs/judge.md rule 28), and can be switched off.
+Stage = Literal["extract", "match", "grade", "adjudicate"]
 STAGES: tuple[str, ...] = get_args(Stage)
+ADJUDICATION = "adjudicate"
+# The three stages scoring needs; every record since version 1 has them.
+SCORING_STAGES: tuple[str, ...] = ("extract", "match", "grade")
 
 ClinicalStatus = Literal["normal", "abnormal"]
 Significance = Literal["critical", "urgent", "notable", "routine"]
@@ -37,6 +41,9 @@ Quantity = Literal[QUANTITIES]  # type: ignore[valid-type]
 MatchScope = Literal["direct", "aggregate", "generic"]
 GradedDimension = Literal["location", "severity", "morphology", "certainty", "measurement"]
 ErrorSeverity = Literal["major", "minor"]
+# The units the error adjudication is shown: every unit whose outcome is not COR.
+AdjudicatedOutcome = Literal["MIS", "SPU", "INC", "PAR"]
+MAX_UNIT_ERRORS = 5  # clinically significant errors the adjudication may give one unit
 
 
 def check_choice(value: Any, allowed: Collection[Any], what: str, error: type[Exception] = ValueError) -> Any:

@@ -56,6 +56,7 @@ def _score_stages(name: str, stages: Stages, record: Record) -> tuple[Scores, li
         stages.grading,
         reference_text=record.reference,
         candidate_text=record.candidate,
+        adjudication=stages.adjudication,
     )
 
 

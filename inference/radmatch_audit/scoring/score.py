@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import Optional
 
 from radmatch_audit.control_strings import restore_markers
-from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer, Measurement
+from radmatch_audit.schemas import AdjudicationStage, Finding, GradingStage, MatchingAnswer, Measurement
+from radmatch_audit.scoring.adjudication import adjudicated_counts
 from radmatch_audit.scoring.comparators import comparison_error, measurement_errors, status_error
 from radmatch_audit.scoring.repair import repair_matching
 from radmatch_audit.scoring.results import (
@@ -52,8 +53,12 @@ def score_pair(
     *,
     reference_text: str,
     candidate_text: str,
+    adjudication: Optional[AdjudicationStage] = None,
 ) -> tuple[Scores, list[str]]:
-    """Score one pair; return the scores and the repairs made on the way."""
+    """Score one pair; return the scores and the repairs made on the way.
+
+    `adjudication`, the stored error adjudication, gives `significant_errors` when the
+    units it was shown are the units derived here (section 5)."""
     gt = _index(reference_findings, "reference_findings")
     pred = _index(candidate_findings, "candidate_findings")
     repaired = repair_matching(matching, list(pred), list(gt))
@@ -74,7 +79,9 @@ def score_pair(
             and not is_unaddressed_negative(unit, pred)
         ):
             unit.actionable = True
-            actionable_errors += 1
+            unit.actionable_errors = inverted_findings(unit) or 1
+            actionable_errors += unit.actionable_errors
+    significant_errors, adjudication_state, unlisted = adjudicated_counts(units, adjudication, repairs)
 
     scores = Scores(
         actionable_errors=actionable_errors,
@@ -87,8 +94,22 @@ def score_pair(
         attributes=_attribute_breakdown(units),
         subsets=_subsets(units, gt, pred),
         units=units,
+        significant_errors=significant_errors,
+        adjudication=adjudication_state,
+        unlisted_errors=unlisted,
     )
     return scores, repairs
+
+
+def inverted_findings(unit: Unit) -> int:
+    """Distinct status-inverted findings of a unit (section 5, ours, 2026-12-05):
+    max(distinct pred ids, distinct gt ids) over its rows with a status error; 0 if none.
+
+    "Lungs are clear." bound to two invented consolidations is two errors, not one.
+    """
+    preds = {e.pred_id for e in unit.errors if e.dimension == "status"}
+    gts = {e.gt_id for e in unit.errors if e.dimension == "status"}
+    return max(len(preds), len(gts))
 
 
 def is_unaddressed_negative(unit: Unit, pred: dict[str, Finding]) -> bool:
@@ -341,7 +362,7 @@ def _subsets(
         for name in unit_subsets(unit, members):
             counts = table[name]
             counts[OUTCOME_KEY[unit.outcome]] += 1
-            counts["actionable_errors"] += unit.actionable
+            counts["actionable_errors"] += unit.actionable_errors
     return table
 
 

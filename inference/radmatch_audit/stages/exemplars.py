@@ -1,7 +1,7 @@
 """Stage instructions and few-shot exemplars: versioned data, loaded and checked here.
 
 Instructions are Markdown files in the package's `prompts/` folder (`extract.md`,
-`match.md`, `grade.md`; the baselines' in `prompts/baselines/`). Exemplars are JSON
+`match.md`, `grade.md`, `adjudicate.md`; the baselines' in `prompts/baselines/`). Exemplars are JSON
 files `<modality>/<stage>.json` under the few-shot directory (see `fewshot_dir`), each
 
     {"modality": ..., "stage": ..., "clinically_reviewed": false, "note": ...,
@@ -9,8 +9,9 @@ files `<modality>/<stage>.json` under the few-shot directory (see `fewshot_dir`)
 
 where `input` is what the pipeline puts in the user message and `output` validates
 against the stage's answer model (a grading output grades each input pair once, in
-order, by its ids). `expected` (match and grade exemplars) is what the scoring code
-must make of the output (tests/test_exemplar_verdicts.py checks it); the model never
+order, by its ids; an adjudication output answers each input unit once, in order).
+`expected` (match, grade and adjudicate exemplars) is what the scoring code must make
+of the output (tests/test_exemplar_verdicts.py checks it); the model never
 sees it, so the loader drops it and it is no part of the prompt version
 (`radmatch_audit.stages.prompt` renders and versions what is loaded here).
 
@@ -52,7 +53,10 @@ _INPUT_KEYS: dict[str, frozenset[str]] = {
     "extract": frozenset({"report", "indication"}),
     "match": frozenset({"indication", "gt_findings", "pred_findings"}),
     "grade": frozenset({"indication", "pairs"}),
+    "adjudicate": frozenset({"indication", "reference", "candidate", "units"}),
 }
+_SHOWN_UNIT_KEYS = frozenset({"unit", "kind", "reference_findings", "candidate_findings", "differences"})
+_SHOWN_KINDS = ("MIS", "SPU", "INC", "PAR")
 
 
 class FewshotError(ValueError):
@@ -136,6 +140,37 @@ def _check_input(stage: str, data: Any, where: str) -> None:
                     f"{where}: input pairs[{j}] must have exactly pred_finding and gt_finding"
                 )
             _check_findings([pair["pred_finding"], pair["gt_finding"]], f"{where}: pairs[{j}]")
+    if stage == "adjudicate":
+        _check_shown_units(data, where)
+
+
+def _check_shown_units(data: dict[str, Any], where: str) -> None:
+    """An adjudication input: both reports as strings, units numbered 1..n as the
+    pipeline numbers them (radmatch_audit.stages.adjudication.shown_units)."""
+    for key in ("reference", "candidate"):
+        if not isinstance(data[key], str):
+            raise FewshotError(f"{where}: input {key!r} must be a string")
+    if not isinstance(data["units"], list):
+        raise FewshotError(f"{where}: input 'units' must be a list")
+    for j, unit in enumerate(data["units"]):
+        if not isinstance(unit, dict) or set(unit) != _SHOWN_UNIT_KEYS:
+            raise FewshotError(f"{where}: input units[{j}] must have exactly the keys {sorted(_SHOWN_UNIT_KEYS)}")
+        if unit["unit"] != j + 1:
+            raise FewshotError(f"{where}: input units[{j}] must be unit {j + 1}")
+        if unit["kind"] not in _SHOWN_KINDS:
+            raise FewshotError(f"{where}: input units[{j}] kind must be one of {list(_SHOWN_KINDS)}")
+        for key in ("reference_findings", "candidate_findings", "differences"):
+            if not isinstance(unit[key], list) or not all(isinstance(t, str) for t in unit[key]):
+                raise FewshotError(f"{where}: input units[{j}] {key} must be a list of strings")
+
+
+def _check_adjudication_keys(data: dict[str, Any], output: dict[str, Any], where: str) -> None:
+    shown = [unit["unit"] for unit in data["units"]]
+    given = [entry["unit"] for entry in output["units"]]
+    if given != shown:
+        raise FewshotError(
+            f"{where}: output units answer {given}; they must answer the input units in order, {shown}"
+        )
 
 
 def _check_grade_keys(data: dict[str, Any], output: dict[str, Any], where: str) -> None:
@@ -186,5 +221,7 @@ def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
             raise FewshotError(f"{where}: output fails {model.__name__}: {exc}") from exc
         if stage == "grade":
             _check_grade_keys(exemplar["input"], exemplar["output"], where)
+        if stage == "adjudicate":
+            _check_adjudication_keys(exemplar["input"], exemplar["output"], where)
         exemplars.append({"input": exemplar["input"], "output": exemplar["output"]})
     return exemplars

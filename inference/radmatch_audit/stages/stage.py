@@ -6,7 +6,8 @@ answer model the judge is constrained to and the one an answer is validated by o
 arrival (both from `radmatch_audit.schemas` under the stage's caps), the answer's token
 budget, and its place on the pair's chain of calls. The call path
 (`radmatch_audit.calls.JudgeCalls.ask`) takes a stage and a modality and asks nothing
-elsewhere. RadMatch's three stages are made by `pair_stages`; the baselines' single
+elsewhere. RadMatch's stages (extract, match, grade, and the error adjudication after
+scoring) are made by `pair_stages`; the baselines' single
 calls are stages too (`radmatch_audit.stages.baselines`).
 """
 
@@ -14,18 +15,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from pydantic import BaseModel
 
 from radmatch_audit.schemas import SERVER_LIMITS, SERVER_MAX_TOKENS, Limits, answer_models, validation_models
 from radmatch_audit.stages.prompt import Prompt, stage_prompt
-from radmatch_audit.vocabulary import STAGES
+from radmatch_audit.vocabulary import ADJUDICATION, STAGES
 
 # calls on a pair's longest path from each stage's call to its record, that call included
 CHAIN = {stage: len(STAGES) - i for i, stage in enumerate(STAGES)}
 
-Rows = Optional[Sequence[tuple[str, str]]]  # the (pred, gt) rows a grading call is sent
+# the (pred, gt) rows a grading call is sent, or the number of units an adjudication is shown
+Rows = Union[None, int, Sequence[tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class JudgeStage(ABC):
 
 @dataclass(frozen=True)
 class PairStage(JudgeStage):
-    """A RadMatch stage (extract, match, grade): exemplars per modality, caps as `limits`."""
+    """A RadMatch stage (extract, match, grade, adjudicate): exemplars per modality, caps as `limits`."""
 
     limits: Limits = SERVER_LIMITS
 
@@ -65,11 +67,15 @@ class PairStage(JudgeStage):
         return validation_models(self.limits).for_stage(self.name, rows)
 
 
-def pair_stages(limits: Limits = SERVER_LIMITS, max_tokens: Optional[dict[str, int]] = None) -> dict[str, PairStage]:
+def pair_stages(
+    limits: Limits = SERVER_LIMITS, max_tokens: Optional[dict[str, int]] = None, adjudication: bool = True
+) -> dict[str, PairStage]:
     """RadMatch's stages under `limits`, in the order a pair runs them; `max_tokens`
-    overrides the served judge's budgets per stage."""
+    overrides the served judge's budgets per stage; `adjudication=False` leaves the
+    error adjudication out."""
     budget = {**SERVER_MAX_TOKENS, **(max_tokens or {})}
     return {
         name: PairStage(name=name, max_tokens=budget[name], chain=CHAIN[name], limits=limits)
         for name in STAGES
+        if adjudication or name != ADJUDICATION
     }

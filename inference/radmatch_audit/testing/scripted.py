@@ -21,6 +21,7 @@ _STAGE_OF_TITLE = {
     "ExtractionAnswer": "extract",
     "MatchingAnswer": "match",
     "GradingAnswer": "grade",
+    "AdjudicationAnswer": "adjudicate",
 }
 
 

@@ -1,7 +1,8 @@
 """What the fake judge server computes in place of a model (radmatch_audit.testing.fake_server).
 
-Schema-valid toy answers for the three judge stages, worked out from the prompt:
-sentences become findings, identical sentences match, matched pairs carry no errors.
+Schema-valid toy answers for the four judge stages, worked out from the prompt:
+sentences become findings, identical sentences match, matched pairs carry no errors,
+and an adjudicated unit with an abnormal finding (not a PAR) holds one error.
 Also the completion envelope and vLLM-style prefix-cache accounting. It is not a model
 and its answers carry no clinical meaning: it lets the pipeline, the HTTP client and
 the benchmarks run without one.
@@ -19,7 +20,7 @@ NEGATION = re.compile(r"^(no|without)\b|\b(normal|clear|unremarkable)\b", re.IGN
 MEASURE = re.compile(r"(\d+(?:\.\d+)?)\s*(mm|cm)\b", re.IGNORECASE)
 HEADER = re.compile(r"^[A-Z][A-Z ]+:\s*", re.MULTILINE)
 BLOCK_CHARS = 64  # a prefix-cache block: vLLM's 16 tokens at about 4 characters a token
-STAGES = ("ExtractionAnswer", "MatchingAnswer", "GradingAnswer")
+STAGES = ("ExtractionAnswer", "MatchingAnswer", "GradingAnswer", "AdjudicationAnswer")
 
 
 def _sentences(report: str) -> list[str]:
@@ -68,6 +69,13 @@ def toy_answer(title: str, user: dict[str, Any], schema: dict[str, Any]) -> dict
         return {"grades": [{"pred_id": pair["pred_finding"]["finding_id"],
                             "gt_id": pair["gt_finding"]["finding_id"], "errors": []}
                            for pair in user["pairs"]]}
+    if title == "AdjudicationAnswer":  # an abnormal finding missed or invented is one error
+        return {"units": [
+            {"unit": unit["unit"], "reasoning": f"Toy count for a {unit['kind']} unit.",
+             "errors": int(unit["kind"] != "PAR" and any(
+                 not NEGATION.search(text) for text in unit["reference_findings"] + unit["candidate_findings"]))}
+            for unit in user["units"]
+        ]}
     raise ValueError(f"unknown schema {title!r}")
 
 
