@@ -95,7 +95,7 @@ def test_the_read_indication_reaches_every_stage_without_a_judge_call():
     assert record.error is None and record.stages.indication == "Trauma."
     assert sorted(stage for stage, _ in calls) == ["extract", "extract", "grade", "match"]
     assert all(user["indication"] == "Trauma." for _, user in calls)
-    assert set(record.judge.prompt_version) == {"extract", "match", "grade"}
+    assert set(record.judge.prompt_version) == {"extract", "match", "grade", "adjudicate"}
 
 
 def test_a_long_read_indication_is_cut_to_the_judges_cap_and_flagged():

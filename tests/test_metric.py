@@ -384,7 +384,7 @@ def test_second_compute_calls_the_judge_only_for_new_candidates():
     judge.calls.clear()
     second = metric.compute(predictions=[C2, C3], references=[REF, REF2])
     assert sorted(extract_reports(judge.calls)) == sorted([C2, C3])  # no reference
-    assert {stage for stage, _ in judge.calls} <= {"extract", "match", "grade"}
+    assert {stage for stage, _ in judge.calls} <= {"extract", "match", "grade", "adjudicate"}
     assert second["judge_calls"] == len(judge.calls)
     assert all(r["usage"]["cached_calls"] >= 1 for r in second["records"])
     judge.calls.clear()

@@ -105,7 +105,7 @@ def test_records_carry_timings_usage_prompt_versions_and_no_key(tmp_path, monkey
     assert timings.total >= timings.extract / 2 + timings.match + timings.grade - 0.001  # rounding
     assert record.usage.prompt_tokens > 0 and record.usage.completion_tokens > 0
     assert record.judge.backend == "vllm" and record.judge.model == "stub-judge"
-    assert set(record.judge.prompt_version) == {"extract", "match", "grade"}
+    assert set(record.judge.prompt_version) == {"extract", "match", "grade", "adjudicate"}
     assert all(v.startswith("v1-") for v in record.judge.prompt_version.values())
     assert record.judge.exemplars_used["extract"] >= 1
     assert "sk-very-secret-value" not in record.to_json()

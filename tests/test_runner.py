@@ -45,7 +45,7 @@ def test_each_kind_of_record_has_its_own_versions():
         migrate({"record_type": "pairwise", "pair_id": "a"})
     old_audit = {"schema_version": 1, "pair_id": "a", "reference": "x", "candidate": "y",
                  "judge": {"prompt_version": "v1-abc"}}
-    assert migrate(old_audit)["schema_version"] == 3  # the audit record's migrations still run
+    assert migrate(old_audit)["schema_version"] == 4  # the audit record's migrations still run
 
 
 def test_a_bad_row_of_a_baseline_run_is_a_failed_baseline_record():
@@ -95,7 +95,7 @@ def test_one_runner_runs_radmatch_or_a_baseline_with_the_same_loop_cache_and_jud
     with Evaluator(_judge(server), cache_dir=tmp_path / "cache") as runner:
         (record,) = runner.evaluate(pairs[:1])
     assert isinstance(record, Record) and record.scores is not None
-    assert set(record.judge.prompt_version) == set(runner.stages) == {"extract", "match", "grade"}
+    assert set(record.judge.prompt_version) == set(runner.stages) == {"extract", "match", "grade", "adjudicate"}
 
 
 def test_a_baseline_takes_a_small_models_caps_and_one_sample_only(server):

@@ -138,7 +138,14 @@ def test_matched_outcomes_count_the_matched_units(rec):
         for u in scores.units
     ]
     assert [u.actionable for u in scores.units] == counted
-    assert scores.actionable_errors == sum(counted)
+
+    def weight(unit):  # section 5 (2026-12-05): one per distinct status-inverted finding
+        inverted = [e for e in unit.errors if e.dimension == "status"]
+        return max(len({e.pred_id for e in inverted}), len({e.gt_id for e in inverted}), 1)
+
+    assert [u.actionable_errors for u in scores.units] == [
+        weight(u) if c else 0 for u, c in zip(scores.units, counted)]
+    assert scores.actionable_errors == sum(u.actionable_errors for u in scores.units)
     assert sum(s["actionable_errors"] for name, s in scores.subsets.items()
                if name in ("normal", "abnormal")) == scores.actionable_errors
 

@@ -36,8 +36,11 @@ from radmatch_audit.judge_notice import judge_identity, warn_not_clinical
 from radmatch_audit.metric_install import script_path  # noqa: F401  (documented: radmatch_audit.metric.script_path())
 from radmatch_audit.pipeline import Evaluator
 from radmatch_audit.record_io import RecordWriter
-from radmatch_audit.records import PairInput, Record
-from radmatch_audit.vocabulary import MODALITIES
+from radmatch_audit.records import BaselineRecord, PairInput, Record
+
+AnyRecord = Record | BaselineRecord
+from radmatch_audit.resampling import mean_interval
+from radmatch_audit.vocabulary import MODALITIES, check_choice
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,15 @@ METRIC_OPTIONS: dict[str, tuple[str | None, str]] = {
                  "progress=False or RADMATCH_PROGRESS=0 turns it off; compute(progress=...) "
                  "overrides it for one call"),
     "judge": (None, "a ready radmatch_audit judge object; for tests and custom backends"),
+    "method": (None, "radmatch (default: extract, match, grade, adjudicate; four or five judge "
+               "calls a pair and a finding-level record) or count (the one-call count of "
+               "clinically significant errors: one judge call a pair, no finding-level record)"),
+    "score": (None, "the count that `errors` and `mean_errors` report: significant (the error "
+              "adjudication's, the default while it runs) or actionable (the paper's RadMatch "
+              "count); the count method has only its own"),
 }
+METHODS = ("radmatch", "count")
+SCORES = ("significant", "actionable")
 OPTIONS = (*JUDGE_OPTIONS, *METRIC_OPTIONS)
 PER_PAIR_EXTRAS = ("indications", "study_ids", "pair_ids", "modalities")
 # add_batch stores the extras beside predictions and references (evaluate's Arrow
@@ -123,11 +134,21 @@ class MetricScorer:
         progress: bool | None = None,
         judge: Any = None,
         env: dict[str, str] | None = None,
+        method: str = "radmatch",
+        score: str | None = None,
         **options: Any,
     ) -> None:
         env = os.environ if env is None else env
+        self.method = check_choice(method, METHODS, "The 'method' option of RadMatch")
         renamed = {_RENAMED.get(k, k): v for k, v in options.items()}
         self.config = JudgeConfig.from_env(env, **renamed)  # fails at load, not mid-epoch
+        self.score = default_score(self.method, self.config.adjudication) if score is None else check_choice(
+            score, SCORES, "The 'score' option of RadMatch")
+        if self.method == "radmatch" and self.score == "significant" and not self.config.adjudication:
+            raise ValueError(
+                "score='significant' needs the error adjudication, which adjudication=False turns "
+                "off; pass score='actionable' or leave the adjudication on"
+            )
         if judge is None and self.config.is_small_local_model:
             require_local_judge()  # `[metric]` alone has no torch: one line, at load
         self.records_path = records_path or env.get(RECORDS_PATH_ENV) or None
@@ -158,7 +179,7 @@ class MetricScorer:
     def evaluator(self) -> Evaluator:
         with self._build_lock:
             if self._evaluator is None:
-                self._evaluator = Evaluator.from_config(self.config, judge=self._judge)
+                self._evaluator = Evaluator.from_config(self.config, judge=self._judge, method=self.method)
             return self._evaluator
 
     @property
@@ -166,7 +187,7 @@ class MetricScorer:
         """Which judge scores: backend, model, servers (host:port), embedded_small_judge."""
         return judge_identity(self.evaluator.judge)
 
-    def evaluate(self, pairs: list[PairInput], *, progress: bool = False) -> tuple[list[Record], int]:
+    def evaluate(self, pairs: list[PairInput], *, progress: bool = False) -> tuple[list[AnyRecord], int]:
         """Records in input order and the number of judge calls this run made.
 
         `progress=True` shows the CLI's progress bar (tqdm, on stderr) while pairs run.
@@ -179,7 +200,7 @@ class MetricScorer:
         bar = progress_bar(len(pairs), quiet=not progress)
         stats = evaluator.stats
 
-        def on_record(record: Record) -> None:
+        def on_record(record: AnyRecord) -> None:
             if writer is not None:
                 writer.write(record)
             bar.update(1)
@@ -194,7 +215,7 @@ class MetricScorer:
         warn_not_clinical(self.judge_info, stacklevel=3)  # once per process
         failed = sum(r.error is not None for r in records)
         if failed:  # counts only: report text and judge answers never reach the log
-            log.warning("%d of %d pair(s) failed; their actionable_errors are None", failed, len(records))
+            log.warning("%d of %d pair(s) failed; their error counts are None", failed, len(records))
         return records, evaluator.stats.judge_calls - before
 
     def compute(
@@ -209,7 +230,7 @@ class MetricScorer:
         pairs = make_pairs(predictions, references, **extras)
         show = self.progress if progress is None else _flag(progress, "progress")
         records, judge_calls = self.evaluate(pairs, progress=show)
-        return metric_output(records, judge_calls=judge_calls, judge=self.judge_info)
+        return metric_output(records, judge_calls=judge_calls, judge=self.judge_info, score=self.score)
 
 
 def batch_extras(n: int, extras: dict[str, Any]) -> dict[str, list[str]]:
@@ -324,16 +345,50 @@ def make_pairs(
     ]
 
 
+def default_score(method: str, adjudication: bool) -> str:
+    """The headline count: the adjudicated one where it runs (it agrees better with
+    radiologists: README, "Agreement with radiologists"), else the paper's."""
+    return "significant" if method == "count" or adjudication else "actionable"
+
+
+def pair_errors(record: AnyRecord, score: str) -> int | None:
+    """A pair's count under `score` ("significant" or "actionable"); None when the pair
+    failed, or its adjudication did not stand: a missing count is never 0 errors. A
+    count baseline's record has one count, its significant errors."""
+    if record.error is not None:
+        return None
+    if isinstance(record, BaselineRecord):
+        return record.errors if score == "significant" else None
+    if record.scores is None:
+        return None
+    return record.scores.significant_errors if score == "significant" else record.scores.actionable_errors
+
+
 def metric_output(
-    records: list[Record], *, judge_calls: int | None = None, judge: dict[str, Any] | None = None
+    records: list[AnyRecord], *, judge_calls: int | None = None, judge: dict[str, Any] | None = None,
+    score: str | None = None,
 ) -> dict[str, Any]:
     """compute()'s result: flat corpus scalars for loggers, per-pair lists, the summary,
     and `judge`: which judge scored (judge_notice.judge_identity).
 
-    `actionable_errors[i]` is None when pair i failed: a failure is never 0 errors.
+    `errors` is the per-pair count named by `score` (`mean_errors` its mean): the
+    adjudicated `significant_errors` by default where it ran, else `actionable_errors`.
+    Both lists are given as well. An entry is None when its pair failed (or its
+    adjudication did not stand): a failure is never 0 errors.
     """
+    if records and all(isinstance(r, BaselineRecord) for r in records):
+        return _count_output(records, judge_calls=judge_calls, judge=judge)
+    if score is None:
+        adjudicated = any(r.scores is not None and r.scores.adjudication != "off" for r in records)
+        score = default_score("radmatch", adjudicated)
     summary = summarize(records).to_dict()
     output: dict[str, Any] = {
+        "score": score,
+        "errors": [pair_errors(r, score) for r in records],
+        "mean_errors": summary.get(f"mean_{score}_errors"),
+        "mean_errors_ci": summary.get(f"mean_{score}_errors_ci"),
+        "mean_significant_errors": summary.get("mean_significant_errors"),
+        "mean_significant_errors_ci": summary.get("mean_significant_errors_ci"),
         "mean_actionable_errors": summary["mean_actionable_errors"],
         # 95 % bootstrap interval over studies (seeded); a pair without study id is its own study
         "mean_actionable_errors_ci": summary["mean_actionable_errors_ci"],
@@ -341,13 +396,40 @@ def metric_output(
         "n_pairs": len(records),
         "n_scored": summary["n_scored"],
         "n_failed": summary["n_failed"],
-        "actionable_errors": [
-            None if r.error is not None or r.scores is None else r.scores.actionable_errors
-            for r in records
-        ],
+        "actionable_errors": [pair_errors(r, "actionable") for r in records],
+        "significant_errors": [pair_errors(r, "significant") for r in records],
         "summary": summary,
         "records": [json.loads(r.to_json()) for r in records],
     }
+    return _with_judge(output, judge_calls, judge)
+
+
+def _count_output(
+    records: list[BaselineRecord], *, judge_calls: int | None, judge: dict[str, Any] | None
+) -> dict[str, Any]:
+    """compute()'s result under `method="count"`: one count a pair, no finding-level record."""
+    counts = [pair_errors(r, "significant") for r in records]
+    scored = [(c, r.study_id or f"pair:{i}") for i, (c, r) in enumerate(zip(counts, records)) if c is not None]
+    mean = sum(c for c, _ in scored) / len(scored) if scored else None
+    interval = list(mean_interval([c for c, _ in scored], [s for _, s in scored])) if scored else None
+    output: dict[str, Any] = {
+        "method": "count",
+        "score": "significant",
+        "errors": counts,
+        "mean_errors": mean,
+        "mean_errors_ci": interval,
+        "significant_errors": counts,
+        "mean_significant_errors": mean,
+        "mean_significant_errors_ci": interval,
+        "n_pairs": len(records),
+        "n_scored": len(scored),
+        "n_failed": len(records) - len(scored),
+        "records": [json.loads(r.to_json()) for r in records],
+    }
+    return _with_judge(output, judge_calls, judge)
+
+
+def _with_judge(output: dict[str, Any], judge_calls: int | None, judge: dict[str, Any] | None) -> dict[str, Any]:
     if judge_calls is not None:
         output["judge_calls"] = judge_calls
     if judge is not None:

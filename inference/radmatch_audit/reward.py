@@ -12,9 +12,14 @@ datasets, lists of ``{"role", "content"}`` messages.
     >>> reward_fn = radmatch_reward(reference_column="reference")     # doctest: +SKIP
     >>> trainer = GRPOTrainer(model=..., reward_funcs=reward_fn, train_dataset=...)  # doctest: +SKIP
 
-Reward: ``score_transform(actionable_errors)``, by default ``1 / (1 + actionable_errors)``,
-in (0, 1]; 1.0 for a report with no actionable error. A completion whose pair failed (the
-judge errored, or the completion does not fit the judge's context) gets ``failed_reward``,
+Reward: ``score_transform(errors)``, by default ``1 / (1 + errors)``, in (0, 1]; 1.0 for a
+report with no error. ``errors`` is the count ``score`` names: ``"significant"`` (the
+default while the error adjudication runs: the clinically significant errors judged in
+context, which agreed better with radiologists) or ``"actionable"`` (the paper's
+RadMatch count; the default with ``adjudication=False``). ``method="count"`` scores each
+completion with the one-call count instead: one judge call, no finding-level record. A completion whose pair failed (the
+judge errored, the completion does not fit the judge's context, or its adjudication
+failed while ``score="significant"``) gets ``failed_reward``,
 0.0 by default: below every scored completion, so a policy cannot gain by making the
 judge fail, and never an exception in the trainer. ``failed_reward=None`` returns None
 for it instead: TRL then skips the sample. When every completion of a group fails (say
@@ -23,7 +28,8 @@ The judge that scores is ``reward_fn.judge`` (backend, model, servers by host:po
 the embedded small judge the first call of the process warns (``NotClinicalWarning``)
 that the rewards are not clinical. Failures are logged as counts only, and reported
 through TRL's ``log_metric`` when the trainer passes it (``radmatch/failed``, ``radmatch/failed_fraction``,
-``radmatch/mean_actionable_errors``).
+``radmatch/mean_significant_errors`` and ``radmatch/mean_actionable_errors``, each over
+the completions that have it).
 """
 
 from __future__ import annotations
@@ -33,8 +39,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from radmatch_audit.metric import MetricScorer, make_pairs
-from radmatch_audit.records import Record
+from radmatch_audit.metric import AnyRecord, MetricScorer, make_pairs, pair_errors
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +47,9 @@ FAILED_REWARD = 0.0
 METRIC_PREFIX = "radmatch/"
 
 
-def inverse_errors(actionable_errors: int) -> float:
-    """The default reward: 1 / (1 + actionable errors)."""
-    return 1.0 / (1.0 + actionable_errors)
+def inverse_errors(errors: int) -> float:
+    """The default reward: 1 / (1 + errors)."""
+    return 1.0 / (1.0 + errors)
 
 
 def completion_text(completion: Any) -> str:
@@ -76,14 +81,16 @@ def _content_text(content: Any) -> str:
 
 
 def reward_from_record(
-    record: Record,
+    record: AnyRecord,
     failed_reward: Optional[float] = FAILED_REWARD,
     score_transform: Callable[[int], float] = inverse_errors,
+    score: str = "actionable",
 ) -> Optional[float]:
-    """`score_transform(actionable errors)`; `failed_reward` (a float, or None) for a failed pair."""
-    if record.error is not None or record.scores is None:
+    """`score_transform(errors)` of the count `score` names; `failed_reward` (a float, or
+    None) for a pair without that count (failed, or its adjudication did not stand)."""
+    errors = pair_errors(record, score)
+    if errors is None:
         return None if failed_reward is None else float(failed_reward)
-    errors = record.scores.actionable_errors
     value = score_transform(errors)
     try:
         reward = float(value)
@@ -91,14 +98,14 @@ def reward_from_record(
         reward = math.nan
     if not math.isfinite(reward):
         raise ValueError(
-            f"score_transform must map actionable errors to a finite float; it gave {value!r} "
+            f"score_transform must map an error count to a finite float; it gave {value!r} "
             f"for {errors} error(s)"
         )
     return reward
 
 
 class RadMatchReward:
-    """Callable reward: fewer actionable errors, higher reward. Build once, reuse every step."""
+    """Callable reward: fewer errors, higher reward. Build once, reuse every step."""
 
     def __init__(
         self,
@@ -123,7 +130,7 @@ class RadMatchReward:
         if not callable(score_transform):
             raise TypeError(
                 "The 'score_transform' parameter of radmatch_reward must be a callable from "
-                f"actionable errors (int) to a reward (float); got {type(score_transform).__name__}"
+                f"an error count (int) to a reward (float); got {type(score_transform).__name__}"
             )
         self.reference_column = reference_column
         self.indication_column = indication_column
@@ -134,7 +141,7 @@ class RadMatchReward:
         self.progress = bool(options.pop("progress", False))
         self.scorer = scorer or MetricScorer(**options)
         self.__name__ = "radmatch_reward"  # TRL logs each reward function by its __name__
-        self.last_records: list[Record] = []
+        self.last_records: list[AnyRecord] = []
 
     @property
     def judge(self) -> dict[str, Any]:
@@ -171,20 +178,23 @@ class RadMatchReward:
         )
         records, _ = self.scorer.evaluate(pairs, progress=self.progress)
         self.last_records = records
-        rewards = [reward_from_record(r, self.failed_reward, self.score_transform) for r in records]
+        score = self.scorer.score
+        rewards = [reward_from_record(r, self.failed_reward, self.score_transform, score) for r in records]
         if log_metric is not None and records:
-            self._log(records, log_metric)
+            self._log(records, log_metric, score)
         return rewards
 
     @staticmethod
-    def _log(records: list[Record], log_metric: Callable[[str, float], None]) -> None:
+    def _log(records: list[AnyRecord], log_metric: Callable[[str, float], None], score: str) -> None:
         """Counts only (TRL averages each over the logging step): never report text."""
-        scored = [r.scores.actionable_errors for r in records if r.error is None and r.scores is not None]
+        scored = [e for e in (pair_errors(r, score) for r in records) if e is not None]
         failed = len(records) - len(scored)
         log_metric(METRIC_PREFIX + "failed", float(failed))
         log_metric(METRIC_PREFIX + "failed_fraction", failed / len(records))
-        if scored:
-            log_metric(METRIC_PREFIX + "mean_actionable_errors", sum(scored) / len(scored))
+        for name in ("significant", "actionable"):  # each mean over the pairs that have it
+            counts = [e for e in (pair_errors(r, name) for r in records) if e is not None]
+            if counts:
+                log_metric(METRIC_PREFIX + f"mean_{name}_errors", sum(counts) / len(counts))
 
     @staticmethod
     def _optional_column(name: str | None, columns: dict[str, Any], n: int) -> list[str | None]:
