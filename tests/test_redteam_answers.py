@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib.util
 import json
 import re
 import unicodedata
@@ -299,3 +300,12 @@ def test_the_old_binding_no_longer_folds_misses_under_contract_4(pair_id, key):
     unadjudicated = {**pair, "expect": [e for e in pair["expect"] if e.get("path") != "significant_errors"]}
     assert check_record(record, unadjudicated).status == "pass"
     assert record.scores.actionable_errors >= correct.scores.actionable_errors
+
+
+def test_the_answer_token_benchmark_reads_every_stage_of_the_key():
+    spec = importlib.util.spec_from_file_location("bench_pipeline", REPO / "scripts" / "bench_pipeline.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    counts = {stage: len(answers) for stage, answers in bench._authored_answers(str(ANSWERS)).items()}
+    assert counts == {"extract": 2 * len(SET), "match": len(SET), "grade": len(SET),
+                      "adjudicate": sum(ADJUDICATE in key for key in KEY.values())}
