@@ -27,9 +27,11 @@ through `Evaluator.run`. Reported:
   its setup are left out of the garbage collector's later passes
   (`radmatch_audit.pipeline.freeze_setup_heap`).
 
-Answer tokens (--answer-tokens [--records FILE]): the decode cost of each stage's
-answer, counted without a judge: completion tokens per answer and per pair (two
-extractions, one matching, one grading) as the judge wrote answers before 2026-12-02
+Answer tokens (--answer-tokens [--records FILE] [--answers FILE]): the decode cost of
+each stage's answer, counted without a judge: completion tokens per answer and per pair
+(two extractions, one matching, one grading; an error adjudication, made only for a pair
+with a unit that is not correct, is counted per answer in the records and the answer key)
+as the judge wrote answers before 2026-12-02
 (every field, `", "` and `": "` between tokens) and as the exemplars now teach it
 (stages.compact_answer: defaults left out, no whitespace), on the exemplars' answers
 and on the answers stored in a records file. Under grammar-constrained decoding every
@@ -393,7 +395,7 @@ def real_server(args: argparse.Namespace) -> dict[str, Any]:
 
 def _answers_of_record(record: Any) -> dict[str, list[dict[str, Any]]]:
     """A stored record's stage answers, as the judge gave them (ids the pipeline added left out)."""
-    stages, answers = record.stages, {"extract": [], "match": [], "grade": []}
+    stages, answers = record.stages, {"extract": [], "match": [], "grade": [], "adjudicate": []}
     for findings in (stages.reference_findings, stages.candidate_findings):
         if findings:
             answers["extract"].append(
@@ -403,12 +405,16 @@ def _answers_of_record(record: Any) -> dict[str, list[dict[str, Any]]]:
     if stages.grading is not None and stages.grading.pairs:
         answers["grade"].append(
             {k: v for k, v in stages.grading.model_dump(mode="json").items() if k != "pairs"})
+    adjudication = stages.adjudication
+    if adjudication is not None and adjudication.units and adjudication.answer is not None:
+        answers["adjudicate"].append(adjudication.answer.model_dump(mode="json"))
     return answers
 
 
 def _authored_answers(path: str) -> dict[str, list[dict[str, Any]]]:
-    """Answers of a key such as redteam/correct_answers.jsonl ({pair_id, stage, answer} lines)."""
-    answers: dict[str, list[dict[str, Any]]] = {"extract": [], "match": [], "grade": []}
+    """Answers of a key such as redteam/correct_answers.jsonl ({pair_id, stage, answer} lines,
+    stage extract_reference, extract_candidate, match, grade or adjudicate)."""
+    answers: dict[str, list[dict[str, Any]]] = {"extract": [], "match": [], "grade": [], "adjudicate": []}
     with open(path, encoding="utf-8") as lines:
         for line in lines:
             if line.strip():
@@ -449,7 +455,7 @@ def answer_tokens(records_path: Optional[str], answers_path: Optional[str] = Non
     result = {"mode": "answer_tokens", "tokens_counted_by": counted_by,
               "exemplars": figure(exemplars)}
     if records_path:
-        recorded: dict[str, list[dict[str, Any]]] = {"extract": [], "match": [], "grade": []}
+        recorded: dict[str, list[dict[str, Any]]] = {"extract": [], "match": [], "grade": [], "adjudicate": []}
         for record in read_records(records_path):
             for stage, items in _answers_of_record(record).items():
                 recorded[stage].extend(items)
@@ -467,7 +473,7 @@ def show(result: dict[str, Any]) -> None:
                 if stage == "pair":
                     print(f"  {source:9} per pair: {f['before']} -> {f['after']} ({f['cut']:.0%} fewer)")
                 else:
-                    print(f"  {source:9} {stage:7} ({f['answers']:>3} answers): {f['before']} -> {f['after']}")
+                    print(f"  {source:9} {stage:10} ({f['answers']:>3} answers): {f['before']} -> {f['after']}")
         return
     if result["mode"] == "server":
         print(f"server {result['base_url']} model {result['model']} thinking {result['thinking']}")

@@ -65,8 +65,8 @@ class CarefulJudge(ScriptedJudge):
         return type(result)(text=json.dumps({"findings": kept}), usage=result.usage)
 
 
-def records_of(judge, *pairs: tuple[str, str]):
-    with Evaluator(judge, cache_dir=None) as evaluator:
+def records_of(judge, *pairs: tuple[str, str], adjudication: bool = True):
+    with Evaluator(judge, cache_dir=None, adjudication=adjudication) as evaluator:
         return evaluator.evaluate([PairInput(reference=r, candidate=c, pair_id=str(i))
                                    for i, (r, c) in enumerate(pairs)])
 
@@ -201,6 +201,19 @@ def test_score_paths_and_operators():
     assert holds(missed, kind="score", path="outcomes.mis", op=">=", value=1)
     assert holds(missed, kind="score", path="safety.actionable.recall_den", op=">", value=0)
     assert not holds(missed, kind="score", path="outcomes.nothing", op=">=", value=0)
+
+
+def test_the_adjudicated_count_and_its_null_state():
+    same, missed = records_of(ScriptedJudge(), (PTX, PTX), (PTX, HEART))
+    assert holds(same, kind="score", path="significant_errors", op="==", value=0)  # no call, no error
+    assert holds(missed, kind="score", path="significant_errors", op=">=", value=1)
+    assert not holds(missed, kind="score", path="significant_errors", op="==", value=0)
+    (skipped,) = records_of(ScriptedJudge(), (PTX, HEART), adjudication=False)
+    outcome = check_expectation(skipped, {"kind": "score", "path": "significant_errors", "op": ">=", "value": 0})
+    assert not outcome.ok and outcome.why.endswith("no number at significant_errors (the error adjudication is off)")
+    missed.scores.significant_errors, missed.scores.adjudication = None, "failed"
+    outcome = check_expectation(missed, {"kind": "score", "path": "significant_errors", "op": ">=", "value": 0})
+    assert not outcome.ok and outcome.why.endswith("(the error adjudication is failed)")
 
 
 def test_no_evidence_from_the_history_section():

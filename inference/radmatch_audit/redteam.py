@@ -16,7 +16,8 @@ Kinds (every pattern is a case-insensitive regular expression):
   and `unit_kind` (one or a list), `tier`, `min_tier`, `gt` and `pred` (a pattern that
   one of the unit's reference / candidate findings matches, in text or evidence).
 * `score`: `path` (dotted, into `scores`, e.g. `outcomes.spu`) compared by `op`
-  (== != >= <= > <) with `value`.
+  (== != >= <= > <) with `value`. A null score never holds: `significant_errors` is
+  null unless the error adjudication is current, and the reason says its state.
 * `no_evidence_from_section`: no finding on `side` quotes text that occurs in its
   report only inside a section whose header matches `section` (e.g. HISTORY).
 * `attributed`: every finding on `side` has evidence found in its report.
@@ -232,6 +233,13 @@ def _resolve(scores: Any, path: str) -> Any:
     return value
 
 
+def _why_null(record: Record, path: str) -> str:
+    """Why an adjudicated count is null: the adjudication's state (off, failed, stale, invalid)."""
+    if path == "significant_errors" and record.scores.adjudication != "current":
+        return f" (the error adjudication is {record.scores.adjudication})"
+    return ""
+
+
 def describe(exp: dict[str, Any]) -> str:
     """An expectation in words, from its parameters (the pair file's text, no report text)."""
     kind = exp["kind"]
@@ -273,7 +281,7 @@ def check_expectation(record: Record, exp: dict[str, Any]) -> Outcome:
     if kind == "score":
         value = _resolve(record.scores, exp["path"])
         if not isinstance(value, (int, float)):
-            return Outcome(False, f"{said}: scores has no number at {exp['path']}")
+            return Outcome(False, f"{said}: scores has no number at {exp['path']}{_why_null(record, exp['path'])}")
         return Outcome(bool(OPS[exp["op"]](value, exp["value"])), f"{said}: it is {value}")
     if kind == "attributed":
         sides = ("reference", "candidate") if exp["side"] == "either" else (exp["side"],)
