@@ -497,3 +497,7 @@ def test_a_read_only_prefix_folder_is_read_and_never_fails_a_pair(bos_model_dir,
         assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_the_embedded_judge_reads_its_control_tokens_from_its_tokenizer(judge):
+    assert judge.control_tokens == ("</s>", "<s>")  # the tiny tokenizer's two special tokens

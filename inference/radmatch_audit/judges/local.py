@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
+from radmatch_audit.control_strings import tokenizer_tokens
 from radmatch_audit.judges.base import JudgeError, JudgeResult, JudgeUnavailable, Message, Usage
 from radmatch_audit.paths import install_command
 
@@ -277,6 +278,8 @@ class LocalTransformersJudge:
             torch.set_num_threads(cpu_threads())
         self._torch = torch
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        # every special token of this tokenizer reaches it as plain text (control_strings)
+        self.control_tokens = tokenizer_tokens(self._tokenizer)
         if self.device == "cpu":
             hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         else:  # bf16 on the accelerator(s); accelerate places the layers
