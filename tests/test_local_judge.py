@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -378,3 +379,125 @@ def test_the_cpu_judge_attends_without_repeating_heads(judge):
     from radmatch_audit.judges.decoding import GROUPED_SDPA
 
     assert judge._hf_model.config._attn_implementation == GROUPED_SDPA
+
+
+# ---- the prefix store on disk never fails a call (issue 36, item 3) ----------------
+
+
+def stored_prefix(bos_model_dir, folder: Path, msgs: list[dict]) -> Path:
+    """The file an earlier judge kept for the prefix of `msgs` in `folder`."""
+    LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=folder).prefill(msgs)
+    (path,) = folder.glob("*.safetensors")
+    return path
+
+
+def count_prefills(judge: LocalTransformersJudge, monkeypatch) -> list[int]:
+    """A list that grows by one with every forward pass over a whole prefix."""
+    calls: list[int] = []
+    forward = judge._hf_model.forward
+
+    def counted(*args, **kwargs):
+        if kwargs.get("cache") is None:  # decoding passes its cache; a prefix prefill none
+            calls.append(1)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(judge._hf_model, "forward", counted)
+    return calls
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_an_unreadable_prefix_file_is_prefilled_again_and_replaced(bos_model_dir, tmp_path, damage):
+    msgs = messages("Instructions whose stored prefix gets damaged.")
+    path = stored_prefix(bos_model_dir, tmp_path, msgs)
+    whole = path.read_bytes()
+    path.write_bytes({"truncated": whole[: len(whole) // 2], "garbage": b"\x07" * 4096,
+                      "empty": b""}[damage])
+    judge = LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=tmp_path)
+    answer = asyncio.run(judge.generate(msgs, Verdict, max_tokens=40))
+    assert Verdict.model_validate_json(answer.text)
+    assert path.read_bytes() == whole  # rebuilt and stored again, whole
+    ids = judge._encode(judge._tokenizer.apply_chat_template(msgs[:-1], tokenize=False))
+    assert judge._prefix_store.load(
+        judge._tokenizer.apply_chat_template(msgs[:-1], tokenize=False), ids, judge._hf_model.config
+    ).get_seq_length() == ids.shape[1]
+
+
+@pytest.mark.parametrize("failure", ["safetensors", "oserror"])
+def test_a_full_disk_keeps_the_prefixes_in_memory_and_warns_once(
+    bos_model_dir, tmp_path, monkeypatch, caplog, failure
+):
+    """safetensors reports ENOSPC as its own SafetensorError (as a 64 KiB tmpfs shows);
+    an OSError(ENOSPC) can come from the folder's creation or the rename."""
+    import errno
+
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def full_disk(tensors, filename, *args, **kwargs):
+        Path(filename).write_bytes(b"\0" * 64)  # what fitted before the disk filled up
+        if failure == "safetensors":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    judge = LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=tmp_path)
+    prefills = count_prefills(judge, monkeypatch)
+    stages = [messages(f"Stage {i}: say whether the finding is abnormal.") for i in range(3)]
+    with caplog.at_level("WARNING", logger=local.__name__):
+        for _ in range(2):  # the three stages of two pairs, in turn
+            for msgs in stages:
+                assert Verdict.model_validate_json(
+                    asyncio.run(judge.generate(msgs, Verdict, max_tokens=40)).text)
+    assert len(prefills) == 3  # each prefix prefilled once, then kept in memory
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "kept in memory for this run" in warnings[0].getMessage()
+    assert not list(tmp_path.iterdir())  # no partial file left behind
+
+
+def read_only(monkeypatch, folder: Path) -> None:
+    """Make `folder` read-only. Tests run as root, whom mode bits do not stop, so every
+    write into the folder (create, rename, utime, unlink) also raises EROFS, as a
+    read-only mount does."""
+    import errno
+
+    import safetensors.torch
+
+    folder.chmod(0o500)  # what stops any other user
+
+    def inside(path) -> bool:
+        return Path(path).resolve().is_relative_to(folder.resolve())
+
+    def refuse(original):
+        def guarded(path, *args, **kwargs):
+            if inside(path):
+                raise OSError(errno.EROFS, "Read-only file system", str(path))
+            return original(path, *args, **kwargs)
+        return guarded
+
+    for module, name in ((os, "utime"), (os, "replace"), (os, "unlink"), (os, "mkdir")):
+        monkeypatch.setattr(module, name, refuse(getattr(module, name)))
+    save_file = safetensors.torch.save_file
+    monkeypatch.setattr(safetensors.torch, "save_file",
+                        lambda tensors, filename, *a, **k: refuse(lambda p: save_file(tensors, p))(filename))
+
+
+def test_a_read_only_prefix_folder_is_read_and_never_fails_a_pair(bos_model_dir, tmp_path, monkeypatch, caplog):
+    stored = messages("Instructions stored before the folder became read-only.")
+    path = stored_prefix(bos_model_dir, tmp_path, stored)
+    read_only(monkeypatch, tmp_path)
+    try:
+        judge = LocalTransformersJudge(bos_model_dir, device="cpu", prefix_dir=tmp_path)
+        prefills = count_prefills(judge, monkeypatch)
+        with caplog.at_level("WARNING", logger=local.__name__):
+            for msgs in (stored, messages("Instructions never stored."), stored):
+                assert Verdict.model_validate_json(
+                    asyncio.run(judge.generate(msgs, Verdict, max_tokens=40)).text)
+        assert len(prefills) == 1  # the stored prefix is read, the other prefilled once
+        assert [p.name for p in tmp_path.iterdir()] == [path.name]
+        assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_the_embedded_judge_reads_its_control_tokens_from_its_tokenizer(judge):
+    assert judge.control_tokens == ("</s>", "<s>")  # the tiny tokenizer's two special tokens

@@ -454,3 +454,41 @@ def test_thinking_on_and_off_are_cached_apart(tmp_path):
             assert record.error is None
         sent = [b["chat_template_kwargs"]["enable_thinking"] for b in server.chat_requests()]
     assert sent.count(True) == sent.count(False) > 0  # the third run was answered from the cache
+
+
+# ------------------------------------------------ a server that quotes the request
+
+
+def repeats_report_text(text: str, reports: list[str], window: int = 12) -> list[str]:
+    """The stretches of `window` characters of any report that `text` holds."""
+    return [r[i:i + window] for r in reports for i in range(len(r) - window + 1) if r[i:i + window] in text]
+
+
+@pytest.mark.parametrize("fault", ["echo", "echo:500"])
+def test_a_server_error_that_quotes_the_request_never_reaches_a_record(tmp_path, fault):
+    with StubServer(faults=[fault] * 20) as server:
+        records = run_once(server, tmp_path, pairs(2), cache=False, retries=1)
+        quoted = [r for r in server.requests if r["status"] in (400, 500)]
+    assert quoted  # the server did quote report text back
+    for record in records:
+        assert record.error and f"HTTP {fault.partition(':')[2] or 400}" in record.error
+        assert "left out" in record.error
+        assert not repeats_report_text(record.error, [REFERENCE, *CANDIDATES]), record.error
+
+
+def test_a_server_error_that_quotes_nothing_sent_is_shown(tmp_path):
+    with StubServer(faults=["400"]) as server:
+        (record,) = run_once(server, tmp_path, pairs(1), cache=False)
+    assert record.error and "HTTP 400 from the judge server: injected 400" in record.error
+
+
+def test_an_echo_is_caught_through_escapes_and_a_server_s_own_words_are_kept():
+    from radmatch_audit.judges.openai_compat import ECHOED, _shown
+
+    sent = json.dumps({"report": "FINDINGS:\nSmall left pleural effusion.\tNo pneumothorax."})
+    for quoted in (json.dumps(sent), sent.upper(), "body: small  LEFT pleural\\neffusion", sent[-20:]):
+        assert _shown(f"bad request {quoted}", sent) == ECHOED, quoted
+    context = ("This model's maximum context length is 8192 tokens. However, you requested "
+               "9000 tokens (8000 in the messages, 1000 in the completion).")
+    assert _shown(context, sent) == context
+    assert _shown("bad request: 'No effusion.'", json.dumps({"report": "No effusion."})) == ECHOED

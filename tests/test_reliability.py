@@ -539,3 +539,21 @@ def test_a_wrong_model_stops_the_run_and_leaves_an_existing_output_untouched(tmp
     with StubServer() as server:
         proc, _ = run_cli(server.base_url, src, out, "--no-cache", "--model", "no-such-model")
     assert proc.returncode == 2 and out.read_bytes() == before
+
+
+def test_a_server_error_quoting_the_request_reaches_neither_the_screen_nor_a_record(tmp_path):
+    """A judge server (or a gateway) whose error message quotes the request."""
+    rows = synthetic_pairs(1, 2, marker=MARKER)
+    src, out = write_jsonl(tmp_path / "pairs.jsonl", rows), tmp_path / "records.jsonl"
+    with StubServer(fault_rate=1.0, fault_kinds=("echo",)) as server:
+        proc, _ = run_cli(server.base_url, src, out, "--no-cache", "--retries", "1")
+        assert any(r.get("status") == 400 for r in server.requests)
+    assert proc.returncode == 1
+    assert "quokka" not in proc.stderr and "quokka" not in proc.stdout
+    records = records_of(out)
+    assert records and all(r.failed and "left out" in r.error for r in records)
+    for line in out.read_text().splitlines():  # the report's own fields hold it, nothing else
+        record = json.loads(line)
+        for field in ("reference", "candidate", "indication"):
+            record.pop(field, None)
+        assert "quokka" not in json.dumps(record)

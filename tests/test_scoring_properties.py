@@ -363,14 +363,14 @@ TEXT = st.text(alphabet=list("abAB .,\t\n\u00a0\u00e9e\u0301\u1e9e\u00df"), max_
 @settings(max_examples=400, deadline=None)
 @given(st.lists(TEXT, min_size=1, max_size=4), st.lists(TEXT, max_size=3))
 def test_evidence_search_follows_the_normalised_rule(pieces, evidence):
-    from radmatch_audit.scoring.score import _QuoteFinder, normalise_text
+    from radmatch_audit.scoring.score import QuoteFinder, normalise_text
 
     report = "".join(pieces)
     evidence = evidence + pieces[:1]  # a quote cut from the report, verbatim
     haystack = normalise_text(report)
     quotes = [normalise_text(q) for q in evidence if normalise_text(q)]
     expected = bool(quotes) and all(q in haystack for q in quotes)  # docs/scoring.md 5, literally
-    assert _QuoteFinder(report).attributes(evidence) is expected
+    assert QuoteFinder(report).attributes(evidence) is expected
 
 
 @settings(max_examples=400, deadline=None)

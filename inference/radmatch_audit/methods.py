@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, Optional, Union
 
 from radmatch_audit.calls import JudgeCalls, PairSpend, StageFailed
+from radmatch_audit.control_strings import control_tokens
 from radmatch_audit.judges.base import Judge
 from radmatch_audit.records import (
     BaselineJudge, BaselineRecord, BaselineTimings, BaselineUsage, Failure, JudgeInfo, PairInput,
@@ -113,11 +114,12 @@ class RadMatch(Method):
                 return calls.ask(self.stages[stage], modality, user_input, spend, rows=rows, sample=sample)
             return ask
 
+        tokens = control_tokens(calls.judge)
         try:
             if self.samples == 1:
-                await run_stages(record, asker(0), self.limits)
+                await run_stages(record, asker(0), self.limits, tokens)
             else:
-                await self._run_samples(record, asker)
+                await self._run_samples(record, asker, tokens)
             record = score_record(record)
         except Exception as exc:
             record.fail(failure_of(exc, pair_id))
@@ -148,15 +150,15 @@ class RadMatch(Method):
             record.flags.append(f"adjudication failed, significant_errors is null: {failure.message()}")
         return score_record(record)
 
-    async def _run_samples(self, record: Record, asker: Callable[[int], Any]) -> None:
+    async def _run_samples(self, record: Record, asker: Callable[[int], Any], tokens: tuple[str, ...]) -> None:
         """Run the stages `samples` times at once: sample 0 into the record, the rest beside it.
 
         A failure of sample 0 fails the pair (after the other samples are stored); a
         failure of another sample is kept in that sample.
         """
         first, *others = await asyncio.gather(
-            run_stages(record, asker(0), self.limits),
-            *(_sample(record, k, asker(k), self.limits) for k in range(1, self.samples)),
+            run_stages(record, asker(0), self.limits, tokens),
+            *(_sample(record, k, asker(k), self.limits, tokens) for k in range(1, self.samples)),
             return_exceptions=True,
         )
         record.samples = others
@@ -164,12 +166,14 @@ class RadMatch(Method):
             raise first
 
 
-async def _sample(record: Record, index: int, ask: Callable[..., Any], limits: Limits) -> Sample:
+async def _sample(
+    record: Record, index: int, ask: Callable[..., Any], limits: Limits, tokens: tuple[str, ...]
+) -> Sample:
     """Sample `index` of a pair's stages; its failure is kept in the sample, not raised."""
     scratch = record.model_copy(update={"stages": Stages(), "flags": []})
     sample = Sample(index=index, stages=scratch.stages)
     try:
-        await run_stages(scratch, ask, limits)
+        await run_stages(scratch, ask, limits, tokens)
     except StageFailed as exc:
         sample.failure, sample.error = exc.failure, exc.failure.message()
     except Exception as exc:  # a bug in one sample must not take the pair down

@@ -22,10 +22,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from radmatch_audit.control_strings import restore_markers
 from radmatch_audit.reading import RecordsRead, read_file
 from radmatch_audit.records import Record
 from radmatch_audit.scoring.results import SUBSETS, as_dict, vocabularies
 from radmatch_audit.scoring.score import (
+    QuoteFinder,
     is_unaddressed_negative,
     normalise_text,
     normalise_with_positions,
@@ -184,6 +186,8 @@ def pair_view(record: Record) -> dict[str, Any]:
                  "candidate": stages.candidate_findings is not None}
     for side, side_findings, text in (("reference", gt, reference), ("candidate", pred, candidate)):
         claimed: set[tuple[int, int]] = set()
+        # "located" is the scoring core's attribution test, on the text it was scored on
+        attributed = QuoteFinder(getattr(record, side)).attributes
         for f in side_findings:
             located = locate_evidence(text, f.evidence, claimed)
             spans[side].extend([s, e, f.id] for s, e in located)
@@ -197,7 +201,7 @@ def pair_view(record: Record) -> dict[str, Any]:
                     "comparison": f.comparison,
                     "measurements": [m.model_dump(mode="json") for m in f.measurements],
                     "evidence": list(f.evidence),
-                    "located": bool(located),
+                    "located": attributed(f.evidence),
                     "unit": unit_of.get(f.id),
                 }
             )
@@ -301,31 +305,41 @@ def locate_evidence(
     """Character spans of `text` where each quote occurs.
 
     Matching is the scoring core's attribution rule (`normalise_text`: NFC, collapsed
-    whitespace, case folding); spans index the NFC form of `text`. A quote found
-    more than once takes its first occurrence not already `claimed` by another
-    finding (then records it there).
+    whitespace, case folding; a quote of a control string the judge saw neutralised is
+    looked for as the report has it, `restore_markers`); spans index the NFC form of
+    `text`. A quote found more than once takes its first occurrence not already
+    `claimed` by another finding (then records it there).
     """
     norm, index = _normalised_with_positions(text)
     found = []
     for quote in quotes:
-        q = normalise_text(quote)
-        if not q:
-            continue
-        first = None
-        pos = norm.find(q)
-        while pos != -1:
-            span = (index[pos], index[pos + len(q) - 1] + 1)
-            if first is None:
-                first = span
-            if claimed is None or span not in claimed:
-                first = span
-                break
-            pos = norm.find(q, pos + 1)
-        if first is not None:
-            found.append(first)
+        span = _first_span(norm, index, normalise_text(quote), claimed)
+        restored = restore_markers(quote)
+        if span is None and restored is not quote:
+            span = _first_span(norm, index, normalise_text(restored), claimed)
+        if span is not None:
+            found.append(span)
             if claimed is not None:
-                claimed.add(first)
+                claimed.add(span)
     return found
+
+
+def _first_span(
+    norm: str, index: Sequence[int], q: str, claimed: set[tuple[int, int]] | None
+) -> tuple[int, int] | None:
+    """The span of the first occurrence of `q` in `norm` not `claimed`, else of the first."""
+    if not q:
+        return None
+    first = None
+    pos = norm.find(q)
+    while pos != -1:
+        span = (index[pos], index[pos + len(q) - 1] + 1)
+        if first is None:
+            first = span
+        if claimed is None or span not in claimed:
+            return span
+        pos = norm.find(q, pos + 1)
+    return first
 
 
 # --------------------------------------------------------------------------- helpers

@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
+from radmatch_audit.control_strings import tokenizer_tokens
 from radmatch_audit.judges.base import JudgeError, JudgeResult, JudgeUnavailable, Message, Usage
 from radmatch_audit.paths import install_command
 
@@ -125,11 +126,18 @@ class PrefixStore:
     by the hash of the model's identity and the prefix text, holds the prefix's token ids
     (checked on load) and its keys and values (safetensors: loading runs no code), and
     only the `PREFIX_FILES` most recently used are kept.
+
+    The store only saves time, so it never fails a call: a file that cannot be read
+    (truncated, corrupt, of another shape) is treated as missing, prefilled again and
+    replaced; reading needs no write access (a read-only folder is read); and a save
+    that fails (a full or read-only disk) is warned about once, after which `writable`
+    is False and the judge keeps its prefixes in memory for the run.
     """
 
     def __init__(self, folder: Path, model_identity: str) -> None:
         self.folder = folder
         self.identity = model_identity
+        self.writable = True  # until a save fails
 
     def _path(self, prefix_text: str) -> Path:
         digest = hashlib.sha256(f"{self.identity}\0{prefix_text}".encode()).hexdigest()
@@ -138,6 +146,7 @@ class PrefixStore:
     def load(self, prefix_text: str, ids: Any, config: Any) -> Any:
         """The stored cache of `prefix_text`, or None (absent, unreadable, or other ids)."""
         import torch
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
         from transformers import DynamicCache
 
@@ -148,29 +157,52 @@ class PrefixStore:
             if not torch.equal(tensors["ids"], ids.cpu()):
                 return None
             kv = [(tensors[f"k.{i}"], tensors[f"v.{i}"]) for i in range(layers)]
-        except (OSError, KeyError, ValueError, RuntimeError):
+            cache = DynamicCache(ddp_cache_data=kv, config=config)
+            if len(cache.layers) != layers or cache.get_seq_length() != ids.shape[1]:
+                raise ValueError("keys and values of another shape")
+        except FileNotFoundError:
             return None
-        os.utime(path)  # most recently used
-        return DynamicCache(ddp_cache_data=kv, config=config)
+        except (OSError, KeyError, ValueError, RuntimeError, SafetensorError) as exc:
+            log.info("a stored prefix could not be read (%s): prefilled again", exc)
+            return None
+        try:
+            os.utime(path)  # most recently used
+        except OSError:
+            pass  # a read-only store is read all the same
+        return cache
 
-    def save(self, prefix_text: str, ids: Any, cache: Any) -> None:
+    def save(self, prefix_text: str, ids: Any, cache: Any) -> bool:
+        """Keep the prefix on disk; False when it could not be (then `writable` is False)."""
+        from safetensors import SafetensorError
         from safetensors.torch import save_file
 
+        if not self.writable:
+            return False
         tensors = {"ids": ids.cpu().contiguous()}
         for i, layer in enumerate(cache.layers):
             tensors[f"k.{i}"] = layer.keys.contiguous()
             tensors[f"v.{i}"] = layer.values.contiguous()
+        path = self._path(prefix_text)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            path = self._path(prefix_text)
-            partial = path.with_suffix(f".{os.getpid()}.partial")
             save_file(tensors, partial)
             os.replace(partial, path)
             kept = sorted(self.folder.glob("*.safetensors"), key=lambda f: f.stat().st_mtime)
             for stale in kept[:-PREFIX_FILES]:
                 stale.unlink(missing_ok=True)
-        except OSError as exc:  # a full or read-only disk costs the next run a prefill, no more
-            log.warning("could not keep a prefilled prefix on disk: %s", exc)
+        except (OSError, SafetensorError) as exc:  # safetensors reports ENOSPC as its own error
+            self.writable = False
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
+            log.warning(
+                "could not keep prefilled prompt prefixes in %s (%s): they are kept in memory "
+                "for this run, and a later run prefills them again", self.folder, exc,
+            )
+            return False
+        return True
 
 
 def model_identity(model_dir: Path) -> str:
@@ -246,6 +278,8 @@ class LocalTransformersJudge:
             torch.set_num_threads(cpu_threads())
         self._torch = torch
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        # every special token of this tokenizer reaches it as plain text (control_strings)
+        self.control_tokens = tokenizer_tokens(self._tokenizer)
         if self.device == "cpu":
             hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         else:  # bf16 on the accelerator(s); accelerate places the layers
@@ -425,8 +459,8 @@ class LocalTransformersJudge:
                     # logits of the last position only: all of them would be prefix x vocabulary
                     # floats (5,300 x 49,152 x 4 bytes = 1 GB for SmolLM2), all thrown away
                     cache = self._hf_model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
-                if store and _dynamic(cache):
-                    store.save(prefix_text, ids, cache)
+                if store and _dynamic(cache) and not store.save(prefix_text, ids, cache):
+                    self.prefix_entries = PREFIX_ENTRIES  # not on disk: every stage's in memory
                 if times is not None:
                     times.prefix_prefill_s = time.perf_counter() - started
             self._prefixes[prefix_text] = (ids, cache)

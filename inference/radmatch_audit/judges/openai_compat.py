@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import re
 import time
 from typing import Any, Optional
 
@@ -177,7 +178,9 @@ class OpenAICompatibleJudge:
     async def generate(
         self, messages: list[Message], schema: type[BaseModel], *, max_tokens: int
     ) -> JudgeResult:
-        content = await self._post("/chat/completions", self.encode_body(messages, schema, max_tokens))
+        content = await self._post(
+            "/chat/completions", self.encode_body(messages, schema, max_tokens), messages[-1]["content"]
+        )
         try:
             data = json.loads(content)
             choice = data["choices"][0]
@@ -212,8 +215,11 @@ class OpenAICompatibleJudge:
             "the same judge"
         )
 
-    async def _post(self, path: str, payload: bytes) -> bytes:
-        """The body of a 200 answer; any other outcome raises the matching JudgeError."""
+    async def _post(self, path: str, payload: bytes, pair_text: str = "") -> bytes:
+        """The body of a 200 answer; any other outcome raises the matching JudgeError.
+
+        `pair_text` is the pair's own message (the one holding report text): a server's
+        error message that repeats part of it is left out of the error (`_shown`)."""
         import aiohttp
 
         started = time.perf_counter()
@@ -237,10 +243,11 @@ class OpenAICompatibleJudge:
             return content
         if 300 <= status < 400:
             raise JudgeError(_redirect_message(status, headers.get("Location")))
-        detail = _server_message(content)
+        detail = _server_message(content)  # read to sort the error; shown only as `_shown` gives it
+        shown = _shown(detail, pair_text)
         if status == 429 or status == 408 or status >= 500:
             raise TransientJudgeError(
-                f"HTTP {status} from the judge server: {detail}",
+                f"HTTP {status} from the judge server: {shown}",
                 retry_after=_retry_after(headers.get("Retry-After")),
             )
         if status in (401, 403):
@@ -248,16 +255,16 @@ class OpenAICompatibleJudge:
         if status == 400 and _is_context_error(detail):
             raise JudgeError(
                 f"HTTP 400 from the judge server: the prompt and answer budget exceed its "
-                f"context{self._context_note()} ({detail})"
+                f"context{self._context_note()} ({shown})"
             )
         if status == 400 and "compilation timed out" in detail.lower():  # vLLM's words
             raise JudgeError(
                 "HTTP 400 from the judge server: the server's grammar compile limit was "
                 "reached compiling this stage's answer schema: raise it (serve/start_vllm.sh "
                 "--compile-limit, VLLM_REGEX_COMPILATION_TIMEOUT_S) or serve with xgrammar, "
-                f"start_vllm.sh's default ({detail[:80]})"
+                f"start_vllm.sh's default ({shown[:80]})"
             )
-        raise JudgeError(f"HTTP {status} from the judge server: {detail}")
+        raise JudgeError(f"HTTP {status} from the judge server: {shown}")
 
     def _context_note(self) -> str:
         return f" of {self.max_model_len} tokens" if self.max_model_len else ""
@@ -370,6 +377,38 @@ def _server_message(content: bytes) -> str:
     except (ValueError, AttributeError):
         pass
     return (str(text).strip() or "no detail")[:200]
+
+
+ECHO_WINDOW = 12  # characters of the pair's text, normalised, that a server's message may not repeat
+ECHOED = "its message is left out: it repeats text that was sent"
+
+
+def _shown(detail: str, pair_text: str) -> str:
+    """The server's message as an error may show it: whole, or left out (`ECHOED`) when
+    it repeats report text.
+
+    A server, or a gateway in front of it, may quote the request in its error. Both
+    sides are compared as lower-case letters and digits with every other run of
+    characters made one space, so that a quote that was JSON-escaped or re-spaced
+    still matches; the message is left out when any `ECHO_WINDOW` characters of it
+    occur in the pair's message (or the whole pair's message occurs in it, when that
+    is shorter). Left out, not scrubbed: what remains around a removed quote can still
+    be report text cut by an escape. The static turns (the shipped instructions and
+    exemplars) hold no report text and are not compared, so a server's own words
+    that happen to read like the instructions are kept.
+    """
+    said, sent = _letters_and_digits(detail), _letters_and_digits(pair_text)
+    if not sent.strip():
+        return detail
+    if len(sent) <= ECHO_WINDOW:
+        echoed = sent.strip() in said
+    else:
+        echoed = any(said[i:i + ECHO_WINDOW] in sent for i in range(len(said) - ECHO_WINDOW + 1))
+    return ECHOED if echoed else detail
+
+
+def _letters_and_digits(text: str) -> str:
+    return re.sub(r"[\W_]+", " ", text.lower())
 
 
 def _redirect_message(status: int, location: Optional[str]) -> str:

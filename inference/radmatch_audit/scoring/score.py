@@ -289,7 +289,7 @@ def normalise_with_positions(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _attribution(findings: list[Finding], report: str) -> SideAttribution:
-    attributes = _QuoteFinder(report).attributes
+    attributes = QuoteFinder(report).attributes
     attributed = 0
     for finding in findings:
         if attributes(finding.evidence):
@@ -297,8 +297,9 @@ def _attribution(findings: list[Finding], report: str) -> SideAttribution:
     return SideAttribution(findings=len(findings), attributed=attributed)
 
 
-class _QuoteFinder:
-    """Finds evidence quotes in one report, compared after `normalise_text`."""
+class QuoteFinder:
+    """Finds evidence quotes in one report, compared after `normalise_text`: the
+    attribution rule, for the scores and for the dashboard's "Evidence not found"."""
 
     __slots__ = ("report", "verbatim", "_haystack")
 

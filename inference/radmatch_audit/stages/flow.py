@@ -81,8 +81,9 @@ async def grade_rows(
     return GradingStage(pairs=rows, grades=[entry.model_dump() for entry in answer.grades])
 
 
-async def run_stages(record: Record, ask: Ask, limits: Limits) -> None:
+async def run_stages(record: Record, ask: Ask, limits: Limits, tokens: tuple[str, ...] = ()) -> None:
     """Fill `record.stages` (and its flags) stage by stage; a stage's failure propagates.
+    `tokens` are the judge's own special tokens (`control_strings.control_tokens`).
 
     Each stage is stored as soon as it is done, so a failed pair keeps what finished.
     """
@@ -93,7 +94,7 @@ async def run_stages(record: Record, ask: Ask, limits: Limits) -> None:
         record.flags.append(f"indication read from the reference cut to {cap} characters")
     for field, text in (("reference", record.reference), ("candidate", record.candidate),
                         ("indication", stages.indication)):
-        markers = neutralise_markers(text)[1] if text else 0
+        markers = neutralise_markers(text, tokens)[1] if text else 0
         if markers:  # Prompt.messages sends them as plain text; the record keeps the original
             record.flags.append(f"{field}: {markers} control marker(s) sent to the judge as plain text")
     reference, candidate = await asyncio.gather(

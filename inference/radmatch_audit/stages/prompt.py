@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional, get_args
 
 from pydantic import BaseModel
 
-from radmatch_audit.control_strings import neutralise_markers
+from radmatch_audit.control_strings import control_tokens, neutralise_markers
 from radmatch_audit.judges.base import JudgeError, Message
 from radmatch_audit.schemas import ANSWER_MODELS, Finding, own_quote
 from radmatch_audit.stages.exemplars import fewshot_dir, load_exemplars, load_instructions
@@ -52,20 +52,23 @@ class Prompt:
     def exemplars(self) -> int:
         return (len(self.turns) - 1) // 2
 
-    def messages(self, user_input: dict[str, Any], n_exemplars: Optional[int] = None) -> list[Message]:
-        """The fixed turns (the first `n_exemplars` exemplars; all by default), then the pair."""
+    def messages(
+        self, user_input: dict[str, Any], n_exemplars: Optional[int] = None, tokens: tuple[str, ...] = ()
+    ) -> list[Message]:
+        """The fixed turns (the first `n_exemplars` exemplars; all by default), then the pair,
+        its control strings made plain text (and `tokens`, the judge's own special tokens)."""
         keep = 1 + 2 * (self.exemplars if n_exemplars is None else n_exemplars)
         messages = [{"role": role, "content": content} for role, content in self.turns[:keep]]
         text = dumps(user_input) if self.compact else json.dumps(user_input, ensure_ascii=False)
         # the pair's text may hold the served model's control strings: plain text from here on
-        messages.append({"role": "user", "content": neutralise_markers(text)[0]})
+        messages.append({"role": "user", "content": neutralise_markers(text, tokens)[0]})
         return messages
 
     def fit(self, judge: "Judge", user_input: dict[str, Any], max_tokens: int) -> tuple[list[Message], int]:
         """The messages with as many exemplars as fit the judge's context, and that number."""
-        window = judge.context_window
+        window, tokens = judge.context_window, control_tokens(judge)
         for n in range(self.exemplars, -1, -1):
-            messages = self.messages(user_input, n)
+            messages = self.messages(user_input, n, tokens)
             if window is None:
                 return messages, n
             needed = judge.count_tokens(messages) + max_tokens

@@ -15,7 +15,8 @@ keep-alive like vLLM. Every request is recorded in `.requests`. Misbehaviour:
   "redirect:URL" (307 to URL); "answer_model:NAME" (the completion names model NAME);
   "nonfinite" or "nonfinite:NUMBER" (an extraction answer whose first finding has a
   measurement of 1e999 or NUMBER, as raw JSON text); "bad_usage" (a usage block whose
-  completion_tokens is "many").
+  completion_tokens is "many"); "echo" or "echo:STATUS" (HTTP STATUS, default 400, whose
+  error message quotes the request's last message, JSON-escaped, as some gateways do).
 * identity and context, as vLLM's /v1/models gives them: `root` (the loaded weights) and
   `max_model_len`; with `max_model_len`, a chat request whose prompt (characters/4) and
   max_tokens exceed it gets vLLM's HTTP 400, and POST /tokenize counts a request's
@@ -234,6 +235,10 @@ class _Handler(BaseHTTPRequestHandler):
             wait = arg or (fake.retry_after if kind == "429" else None)
             headers = {"Retry-After": f"{float(wait):g}"} if wait is not None else None
             self._send(int(kind), {"error": {"message": f"injected {kind}"}}, headers=headers)
+            return
+        if kind == "echo":
+            quoted = json.dumps(body.get("messages", [])[-1:])
+            self._send(int(arg or 400), {"error": {"message": f"invalid request body: {quoted}"}})
             return
         if kind == "redirect":
             self._send(307, b"", headers={"Location": arg})
