@@ -30,7 +30,8 @@ GradingAnswer = ANSWER_MODELS["grade"]
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = [(m, s) for m in P.MODALITIES for s in P.STAGES]
-WORD_LIMITS = {"extract": 2400, "match": 1200, "grade": 1200, "adjudicate": 900}
+WORD_LIMITS = {"extract": 2800,  # SmolLM2 token sizes: test_small_judge_keeps_at_least_one_exemplar
+                "match": 1200, "grade": 1200, "adjudicate": 900}
 MAX_EXEMPLAR_CHARS = 3200  # about 700 SmolLM2 tokens of JSON
 
 
@@ -768,11 +769,16 @@ def _typical_input(stage: str, modality: str) -> dict:
         "match": {"indication": "Fever and cough.", "gt_findings": gts, "pred_findings": preds},
         "grade": {"indication": "Fever and cough.",
                   "pairs": [{"pred_finding": p, "gt_finding": g} for p, g in zip(preds, gts)]},
+        "adjudicate": {"indication": "Fever and cough.", "reference": report, "candidate": report,
+                       "units": [{"unit": i, "kind": "INC", "reference_findings": [finding["text"]],
+                                  "candidate_findings": ["No consolidation."],
+                                  "differences": ["status: status inversion: reference abnormal, "
+                                                  "candidate normal"]} for i in range(1, 7)]},
     }[stage]
 
 
 def test_small_judge_keeps_at_least_one_exemplar():
-    """Rule 7: with a typical pair, every modality's extract/match/grade prompt fits SmolLM2's
+    """Rule 7: with a typical pair, every modality's prompt of every stage fits SmolLM2's
     8k window with its answer budget and at least one exemplar, the most valuable first."""
     from radmatch_audit.config import SMALL_MODEL_MAX_TOKENS
     from radmatch_audit.smollm import CONTEXT_WINDOW
@@ -783,10 +789,26 @@ def test_small_judge_keeps_at_least_one_exemplar():
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
-    for stage in ("extract", "match", "grade"):
+    for stage in P.STAGES:
         for modality in P.MODALITIES:
             messages = build_messages(stage, modality, _typical_input(stage, modality), 1)
             assert tokens(messages) + SMALL_MODEL_MAX_TOKENS[stage] <= CONTEXT_WINDOW, (stage, modality)
+
+
+# The embedded judge's fixed turns for chest_xray (instructions and every exemplar), in SmolLM2
+# tokens: the README main job's time depends on them. Prompts v3 measured 5277, 3620 and 2864;
+# instructions 4 (2026-12-05) may add at most about a tenth, the adjudication stays under 2500.
+CHEST_XRAY_TOKEN_BUDGET = {"extract": 5800, "match": 3980, "grade": 3150, "adjudicate": 2500}
+
+
+def test_chest_xray_prompts_keep_their_token_size():
+    tokenizer = _smollm_tokenizer()
+    for stage, budget in CHEST_XRAY_TOKEN_BUDGET.items():
+        turns = P.stage_prompt(stage, "chest_xray").turns
+        messages = [{"role": role, "content": content} for role, content in turns]
+        ids = tokenizer.apply_chat_template(messages, tokenize=True)
+        size = len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        assert size <= budget, (stage, size, budget)
 
 
 # --------------------------------------------------------------------------- error adjudication (issue 35)
