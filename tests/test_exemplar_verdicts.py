@@ -6,9 +6,11 @@ the rows sent (keyed grading), stored in a record, scored by `radmatch_audit.rec
 - grade: every pair as its own 1:1 direct unit, with the exemplar's grading entry ->
   the unit's outcome (COR, PAR or INC);
 - match: the matching as given, repaired, no grading -> the numbers of MIS, SPU and
-  generic units, and how many MIS/SPU units count as actionable errors.
-Every match and grade exemplar must carry "expected" (the loader drops it: the judge
-never sees it).
+  generic units, and how many MIS/SPU units count as actionable errors;
+- adjudicate: the answer stored with the units it was shown -> the pair's
+  significant_errors (the units' counts plus the unlisted errors).
+Every match, grade and adjudicate exemplar must carry "expected" (the loader drops it:
+the judge never sees it).
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ from radmatch_audit.recompute import score_record
 from radmatch_audit.records import Record, Stages
 from radmatch_audit.schemas import (
     SERVER_LIMITS,
+    AdjudicationStage,
     SMALL_MODEL_LIMITS,
     Finding,
     GradingStage,
     MatchingAnswer,
+    ShownUnit,
     answer_models,
     validation_models,
 )
+from radmatch_audit.scores import Unit
+from radmatch_audit.scoring.adjudication import adjudicated_counts
 from radmatch_audit.stages import rows_to_grade
 from radmatch_audit.vocabulary import MODALITIES
 
@@ -48,6 +54,7 @@ def _exemplars(stage: str) -> list[tuple[str, dict[str, Any]]]:
 
 GRADE = _exemplars("grade")
 MATCH = _exemplars("match")
+ADJUDICATE = _exemplars("adjudicate")
 
 
 def _finding(view: dict[str, Any]) -> Finding:
@@ -63,7 +70,7 @@ def _scored(gt: list[Finding], pred: list[Finding], matching: MatchingAnswer,
 
 def _expected(where: str, ex: dict[str, Any]) -> Any:
     if "expected" not in ex:
-        pytest.fail(f"{where} has no 'expected': every match and grade exemplar must say what "
+        pytest.fail(f"{where} has no 'expected': every match, grade and adjudicate exemplar must say what "
                     "the scoring code makes of its answer")
     return ex["expected"]
 
@@ -120,9 +127,38 @@ def test_match_exemplar_counts_are_what_the_code_gives(where, ex):
     assert graded == {(r.pred_id, r.gt_id) for u in units if u.kind == "matched" for r in u.rows}, where
 
 
+def _shown(view: dict[str, Any]) -> Unit:
+    """A unit as scoring holds it, from the view the exemplar shows (ids made up per unit)."""
+    n = view["unit"]
+    gt = [f"gt_{n}_{i}" for i in range(len(view["reference_findings"]))]
+    pred = [f"p_{n}_{i}" for i in range(len(view["candidate_findings"]))]
+    kind = {"MIS": "mis", "SPU": "spu"}.get(view["kind"], "matched")
+    return Unit(kind, gt, pred, [], view["kind"], "routine", False, [])
+
+
+@pytest.mark.parametrize("where, ex", ADJUDICATE, ids=[w for w, _ in ADJUDICATE])
+def test_adjudicate_exemplar_count_is_what_the_code_gives(where, ex):
+    expected = _expected(where, ex)
+    assert isinstance(expected, int) and expected >= 0, (where, expected)
+    views, answer = ex["input"]["units"], ex["output"]
+    # the answer as it would arrive from either kind of judge, for the units shown
+    for limits in (SERVER_LIMITS, SMALL_MODEL_LIMITS):
+        validation_models(limits).for_stage("adjudicate", len(views)).model_validate(answer)
+    units = [_shown(view) for view in views]
+    stage = AdjudicationStage.model_validate({
+        "units": [ShownUnit(kind=u.outcome, gt_ids=u.gt_ids, pred_ids=u.pred_ids) for u in units],
+        "answer": answer})
+    repairs: list[str] = []
+    got, state, unlisted = adjudicated_counts(units, stage, repairs)
+    assert (state, repairs) == ("current", []), where
+    assert got == expected, f"{where}: expected {expected}, the code gives {got}"
+    assert [u.significant_errors for u in units] == [a["errors"] for a in answer["units"]], where
+    assert unlisted == len(answer.get("unlisted", [])), where
+
+
 def test_the_judge_never_sees_expected():
     for modality in MODALITIES:
-        for stage in ("match", "grade"):
+        for stage in ("match", "grade", "adjudicate"):
             assert all(set(ex) == {"input", "output"} for ex in load_exemplars(modality, stage))
 
 

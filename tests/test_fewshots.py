@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit import stages as P
+from radmatch_audit.schemas import (
+    ANSWER_MODELS,
+    SMALL_MODEL_LIMITS,
+    answer_models,
+    validation_models,
+)
 from radmatch_audit.stages import build_messages
-from radmatch_audit.schemas import ANSWER_MODELS, SMALL_MODEL_LIMITS, answer_models
 
 ExtractionAnswer = ANSWER_MODELS["extract"]
 MatchingAnswer = ANSWER_MODELS["match"]
@@ -25,7 +30,8 @@ GradingAnswer = ANSWER_MODELS["grade"]
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = [(m, s) for m in P.MODALITIES for s in P.STAGES]
-WORD_LIMITS = {"extract": 2400, "match": 1200, "grade": 1200}
+WORD_LIMITS = {"extract": 2800,  # SmolLM2 token sizes: test_small_judge_keeps_at_least_one_exemplar
+                "match": 1200, "grade": 1200, "adjudicate": 900}
 MAX_EXEMPLAR_CHARS = 3200  # about 700 SmolLM2 tokens of JSON
 
 
@@ -50,8 +56,11 @@ def test_fewshot_dir_is_the_checkout_in_a_source_tree():
 
 
 def test_no_stray_files():
+    """Every stage, the error adjudication included, has exemplars in every modality; the
+    count baseline has one shared file."""
     found = {p.relative_to(P.fewshot_dir()).as_posix() for p in P.fewshot_dir().rglob("*.json")}
-    assert found == {f"{m}/{s}.json" for m, s in CELLS}
+    assert "adjudicate" in P.STAGES
+    assert found == {f"{m}/{s}.json" for m, s in CELLS} | {"baselines/count.json"}
 
 
 @pytest.mark.parametrize(("modality", "stage"), CELLS)
@@ -421,6 +430,7 @@ def test_rendered_messages_fence_the_report_as_data(stage):
         "extract": {"report": HOSTILE, "indication": HOSTILE},
         "match": {"indication": HOSTILE, "gt_findings": [], "pred_findings": []},
         "grade": {"indication": HOSTILE, "pairs": []},
+        "adjudicate": {"indication": HOSTILE, "reference": HOSTILE, "candidate": HOSTILE, "units": []},
     }[stage]
     for modality in P.MODALITIES:
         messages = build_messages(stage, modality, user_input)
@@ -654,10 +664,10 @@ def test_grading_answers_are_keyed_in_input_order():
             assert list(r) == ["pred_id", "gt_id", "reasoning", "match_scope"], (where, r)
 
 
-def test_only_match_and_grade_exemplars_carry_expected():
-    """Spec 2: "expected" sits beside input and output of every match and grade exemplar
-    (tests/test_exemplar_verdicts.py replays it through the scoring code)."""
-    for stage in P.STAGES:
+def test_only_match_grade_and_adjudicate_exemplars_carry_expected():
+    """Spec 2: "expected" sits beside input and output of every match, grade and adjudicate
+    exemplar (tests/test_exemplar_verdicts.py replays it through the scoring code)."""
+    for stage in P.STAGES:  # adjudicate: the pair's significant_errors
         keys = {"input", "output"} if stage == "extract" else {"input", "output", "expected"}
         for where, ex in _raw_exemplars(stage):
             assert set(ex) == keys, where
@@ -759,11 +769,16 @@ def _typical_input(stage: str, modality: str) -> dict:
         "match": {"indication": "Fever and cough.", "gt_findings": gts, "pred_findings": preds},
         "grade": {"indication": "Fever and cough.",
                   "pairs": [{"pred_finding": p, "gt_finding": g} for p, g in zip(preds, gts)]},
+        "adjudicate": {"indication": "Fever and cough.", "reference": report, "candidate": report,
+                       "units": [{"unit": i, "kind": "INC", "reference_findings": [finding["text"]],
+                                  "candidate_findings": ["No consolidation."],
+                                  "differences": ["status: status inversion: reference abnormal, "
+                                                  "candidate normal"]} for i in range(1, 7)]},
     }[stage]
 
 
 def test_small_judge_keeps_at_least_one_exemplar():
-    """Rule 7: with a typical pair, every modality's extract/match/grade prompt fits SmolLM2's
+    """Rule 7: with a typical pair, every modality's prompt of every stage fits SmolLM2's
     8k window with its answer budget and at least one exemplar, the most valuable first."""
     from radmatch_audit.config import SMALL_MODEL_MAX_TOKENS
     from radmatch_audit.smollm import CONTEXT_WINDOW
@@ -774,7 +789,105 @@ def test_small_judge_keeps_at_least_one_exemplar():
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
-    for stage in ("extract", "match", "grade"):
+    for stage in P.STAGES:
         for modality in P.MODALITIES:
             messages = build_messages(stage, modality, _typical_input(stage, modality), 1)
             assert tokens(messages) + SMALL_MODEL_MAX_TOKENS[stage] <= CONTEXT_WINDOW, (stage, modality)
+
+
+# The embedded judge's fixed turns for chest_xray (instructions and every exemplar), in SmolLM2
+# tokens: the README main job's time depends on them. Prompts v3 measured 5277, 3620 and 2864;
+# instructions 4 (2026-12-05) may add at most about a tenth, the adjudication stays under 2500.
+CHEST_XRAY_TOKEN_BUDGET = {"extract": 5800, "match": 3980, "grade": 3150, "adjudicate": 2500}
+
+
+def test_chest_xray_prompts_keep_their_token_size():
+    tokenizer = _smollm_tokenizer()
+    for stage, budget in CHEST_XRAY_TOKEN_BUDGET.items():
+        turns = P.stage_prompt(stage, "chest_xray").turns
+        messages = [{"role": role, "content": content} for role, content in turns]
+        ids = tokenizer.apply_chat_template(messages, tokenize=True)
+        size = len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        assert size <= budget, (stage, size, budget)
+
+
+# --------------------------------------------------------------------------- error adjudication (issue 35)
+
+DIMENSIONS = ("status", "comparison", "location", "severity", "morphology", "certainty", "measurement")
+SIDE_WORDS = re.compile(r"\b(left|right)\b", re.IGNORECASE)
+
+
+def _adjudications():
+    for where, ex in _raw_exemplars("adjudicate"):
+        answers = {a["unit"]: a for a in ex["output"]["units"]}
+        yield where, ex, [(u, answers[u["unit"]]) for u in ex["input"]["units"]]
+
+
+def test_adjudicate_exemplars_fit_the_small_judge_for_the_units_they_show():
+    """The small judge's grammar for n units (fixed unit numbers, 100-character reasoning,
+    at most two unlisted errors of 80 characters, 16 units) admits every exemplar answer,
+    and so does the check an answer meets on arrival."""
+    for where, ex in _raw_exemplars("adjudicate"):
+        shown = len(ex["input"]["units"])
+        assert 1 <= shown <= SMALL_MODEL_LIMITS.rows, where
+        SMALL.for_stage("adjudicate", shown).model_validate(ex["output"])
+        validation_models(SMALL_MODEL_LIMITS).for_stage("adjudicate", shown).model_validate(ex["output"])
+        for entry in ex["output"]["units"]:
+            assert list(entry) == ["unit", "reasoning", "errors"], where  # reasoning first
+            assert len(entry["reasoning"]) <= SMALL_MODEL_LIMITS.reasoning, (where, entry["unit"])
+        for error in ex["output"].get("unlisted", []):
+            assert len(error["description"]) <= SMALL_MODEL_LIMITS.description, where
+
+
+def test_adjudicate_inputs_look_like_the_units_the_pipeline_shows():
+    """Units as `stages.adjudication.unit_views` writes them: matched units (INC, PAR) first,
+    then MIS, then SPU; a MIS has reference findings only, a SPU candidate findings only,
+    both without differences; a matched unit has both sides and "dimension: reasoning" lines."""
+    order = {"INC": 0, "PAR": 0, "MIS": 1, "SPU": 2}
+    for where, ex, units in _adjudications():
+        kinds = [u["kind"] for u, _ in units]
+        assert kinds == sorted(kinds, key=order.__getitem__), where
+        for unit, _ in units:
+            ref, cand, diffs = unit["reference_findings"], unit["candidate_findings"], unit["differences"]
+            if unit["kind"] == "MIS":
+                assert len(ref) == 1 and not cand and not diffs, where
+            elif unit["kind"] == "SPU":
+                assert len(cand) == 1 and not ref and not diffs, where
+            else:
+                assert ref and cand and diffs, where
+                assert all(d.split(": ", 1)[0] in DIMENSIONS for d in diffs), (where, diffs)
+            assert all(t.endswith(".") for t in ref + cand), where
+
+
+def test_adjudicate_exemplars_teach_every_counting_rule():
+    """Together the exemplars show each counting rule of prompts/adjudicate.md."""
+    shown = Counter()
+    for where, ex, units in _adjudications():
+        texts = {}
+        for unit, answer in units:
+            inverted = sum(d.startswith("status: status inversion") for d in unit["differences"])
+            several = max(len(unit["reference_findings"]), len(unit["candidate_findings"]))
+            if unit["kind"] == "INC" and inverted >= 2 and several >= 2:
+                # a normal umbrella against several distinct findings: one error each
+                shown["umbrella"] += answer["errors"] == several
+                # one finding denied by several negatives: counted once
+                shown["one finding once"] += several == 2 and answer["errors"] == 1 \
+                    and min(len(unit["reference_findings"]), len(unit["candidate_findings"])) == 1 \
+                    and len(unit["candidate_findings"]) == 2
+            if unit["kind"] in ("MIS", "SPU"):
+                text = (unit["reference_findings"] + unit["candidate_findings"])[0]
+                texts[(unit["kind"], SIDE_WORDS.sub("SIDE", text))] = (text, answer["errors"])
+            if answer["errors"] == 0:
+                shown[f"0 for {unit['kind']}"] += 1
+                shown["not a real difference"] += "not a real difference" in answer["reasoning"].lower()
+            if "bilateral" in " ".join(unit["reference_findings"] + unit["candidate_findings"]).lower():
+                shown["bilateral is one finding"] += 1
+        for (kind, key), (text, errors) in texts.items():
+            other = texts.get(("SPU", key)) if kind == "MIS" else None
+            if other and other[0] != text:  # the same finding on the other side: counted once
+                shown["two units, one error"] += errors + other[1] == 1
+        shown["unlisted"] += bool(ex["output"].get("unlisted"))
+    for rule in ("umbrella", "one finding once", "two units, one error", "not a real difference",
+                 "0 for MIS", "0 for SPU", "0 for PAR", "bilateral is one finding", "unlisted"):
+        assert shown[rule] >= 1, (rule, shown)
+    assert shown["two units, one error"] >= 2 and shown["umbrella"] >= 2, shown

@@ -108,3 +108,50 @@ def test_baselines_say_how_to_count(method):
     assert "image quality" in text
     shape = '{"errors": N}' if method == "count" else '{"errors": [{"description": "..."}, ...]}'
     assert shape in text  # the answer shape baselines.py parses
+
+
+def test_count_baseline_answers_the_reviews_ambiguities():
+    """Issue 35: degree of cardiomegaly, stable or chronic findings, invented well-placed
+    devices, linked findings, omitted improvement, hedges and a contradictory reference."""
+    text = re.sub(r"\s+", " ", baselines.load_prompt("count"))
+    for phrase in ("mild against moderate cardiomegaly", "a borderline heart called normal",
+                   "a known, stable or chronic finding",
+                   "a well-placed device (line, tube, pacemaker), left out or invented",
+                   "a sign that belongs to a finding already counted", "an omitted improvement",
+                   "A hedged finding", "Where the reference contradicts itself, follow its impression"):
+        assert phrase in text, phrase
+
+
+def test_count_baseline_prompt_carries_its_example_turns(tmp_path, monkeypatch):
+    """The count baseline shows worked examples like the other stages: user turns written as
+    the pair's message is written, answers in the answer model; they are part of the version.
+    `enumerate` has none."""
+    import shutil
+
+    from radmatch_audit.records import PairInput
+    from radmatch_audit.stages.exemplars import fewshot_dir
+
+    stage = baselines.baseline_stage("count")
+    prompt = stage.prompt("chest_xray")
+    shipped = baselines.load_exemplars("count")
+    assert prompt.exemplars == len(shipped) >= 3
+    assert [role for role, _ in prompt.turns] == ["system"] + ["user", "assistant"] * len(shipped)
+    for (_, user), (_, answer), ex in zip(prompt.turns[1::2], prompt.turns[2::2], shipped):
+        pair = PairInput(**ex["input"])
+        assert json.loads(user) == stage.user_input(pair)
+        assert baselines.CountAnswer.model_validate_json(answer).errors == ex["output"]["errors"]
+    assert prompt.exemplars == stage.prompt("head_ct").exemplars  # one set for every modality
+    assert baselines.baseline_stage("enumerate").prompt().exemplars == 0
+
+    copy = tmp_path / "fewshots"
+    shutil.copytree(fewshot_dir(), copy)
+    monkeypatch.setenv(P.FEWSHOT_ENV, str(copy))
+    path = copy / "baselines" / "count.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["exemplars"][0]["output"]["errors"] += 1
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert stage.prompt("chest_xray").version != prompt.version
+    doc["exemplars"][0]["output"]["errors"] = "two"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(P.FewshotError, match=r"baselines/count\.json: exemplar 0: output fails"):
+        baselines.load_exemplars("count")

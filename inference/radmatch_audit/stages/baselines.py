@@ -7,8 +7,11 @@
 
 Both answers are schema-constrained like RadMatch's stages and go through the same
 call path (`radmatch_audit.calls.JudgeCalls.ask`). Their instructions are data:
-`prompts/baselines/<method>.md`; they have no exemplars, so one prompt serves every
-modality.
+`prompts/baselines/<method>.md`. `count` also has example turns, one shared file
+`baselines/count.json` in the few-shot directory (`{"method", "clinically_reviewed",
+"note", "exemplars": [{"input": {"reference", "candidate", "indication"?}, "output":
+{"errors": N}}]}`), versioned into its prompt; `enumerate` has none. One prompt serves
+every modality.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from radmatch_audit.records import PairInput
-from radmatch_audit.stages.exemplars import read_prompt
+from radmatch_audit.stages.exemplars import FewshotError, fewshot_dir, read_prompt
 from radmatch_audit.stages.prompt import Prompt
 from radmatch_audit.stages.stage import JudgeStage, Rows
 from radmatch_audit.vocabulary import check_choice
@@ -33,6 +36,8 @@ MAX_COUNT = 99  # the count grammar admits 0..MAX_COUNT
 SERVER_CAPS = (60, 400, 8192)
 SMALL_CAPS = (4, 80, 300)  # ~35 tokens an entry: a small model on a CPU fills the list
 COUNT_MAX_TOKENS = 32
+EXEMPLAR_METHODS = ("count",)  # the baselines with example turns
+_INPUT_KEYS = frozenset({"reference", "candidate", "indication"})
 
 CountValue = Literal[tuple(range(MAX_COUNT + 1))]  # an enum: every grammar backend bounds it
 
@@ -64,6 +69,40 @@ def load_prompt(method: str) -> str:
     return read_prompt(f"baselines/{method}.md")
 
 
+def load_exemplars(method: str) -> list[dict[str, Any]]:
+    """The example turns of a baseline (`baselines/<method>.json` in the few-shot directory),
+    each `{"input", "output"}`, every output validated by the method's answer model; [] for
+    a method without examples. A malformed file raises FewshotError naming it."""
+    check_choice(method, METHODS, "The baseline method")
+    if method not in EXEMPLAR_METHODS:
+        return []
+    path = fewshot_dir() / "baselines" / f"{method}.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise FewshotError(f"{path}: exemplar file not found") from exc
+    except json.JSONDecodeError as exc:
+        raise FewshotError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("method") != method or not isinstance(doc.get("exemplars"), list):
+        raise FewshotError(f"{path}: expected an object with method {method!r} and an 'exemplars' list")
+    exemplars = []
+    for i, exemplar in enumerate(doc["exemplars"]):
+        where = f"{path}: exemplar {i}"
+        if not isinstance(exemplar, dict) or set(exemplar) != {"input", "output"}:
+            raise FewshotError(f"{where} must have exactly the keys 'input' and 'output'")
+        data = exemplar["input"]
+        if not isinstance(data, dict) or not {"reference", "candidate"} <= set(data) <= _INPUT_KEYS \
+                or not all(isinstance(v, str) for v in data.values()):
+            raise FewshotError(f"{where}: 'input' must hold the strings reference, candidate "
+                               "and optionally indication")
+        try:
+            CountAnswer.model_validate(exemplar["output"])
+        except ValidationError as exc:
+            raise FewshotError(f"{where}: output fails CountAnswer: {exc}") from exc
+        exemplars.append({"input": data, "output": exemplar["output"]})
+    return exemplars
+
+
 @dataclass(frozen=True)
 class BaselineStage(JudgeStage):
     """A baseline's one call: the pair's two reports in, one answer model, no exemplars."""
@@ -72,7 +111,7 @@ class BaselineStage(JudgeStage):
     schema: type[BaseModel] = CountAnswer
 
     def prompt(self, modality: Optional[str] = None) -> Prompt:
-        return _prompt(self.method, self.schema)
+        return _prompt(self.method, self.schema, str(fewshot_dir()))
 
     def grammar(self, rows: Rows = None) -> type[BaseModel]:
         return self.schema
@@ -105,10 +144,18 @@ def baseline_stage(method: str, small_model: bool = False) -> BaselineStage:
 
 
 @lru_cache(maxsize=8)
-def _prompt(method: str, schema: type[BaseModel]) -> Prompt:
-    """The system turn and its version, which hashes the instructions and the answer schema."""
+def _prompt(method: str, schema: type[BaseModel], directory: str) -> Prompt:
+    """The system turn, the example turns (written as the pair's message is), and the
+    version, which hashes the instructions, the answer schema and the examples."""
     instructions = load_prompt(method)
-    payload = json.dumps({"instructions": instructions, "schema": schema.model_json_schema()},
-                         sort_keys=True, separators=(",", ":"))
+    exemplars = load_exemplars(method)
+    content: dict[str, Any] = {"instructions": instructions, "schema": schema.model_json_schema()}
+    if exemplars:  # a method without examples keeps the version it had
+        content["exemplars"] = exemplars
+    payload = json.dumps(content, sort_keys=True, separators=(",", ":"))
     version = "baseline-v1-" + hashlib.sha256(payload.encode("utf-8")).hexdigest()[:12]
-    return Prompt(turns=(("system", instructions),), version=version, compact=False)
+    turns = [("system", instructions)]
+    for exemplar in exemplars:
+        turns.append(("user", json.dumps(exemplar["input"], ensure_ascii=False)))
+        turns.append(("assistant", json.dumps(exemplar["output"])))
+    return Prompt(turns=tuple(turns), version=version, compact=False)
