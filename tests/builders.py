@@ -112,3 +112,57 @@ def fig3_record(pair_id: str = "fig3") -> Record:
         }
     )
     return record(pair_id, gt, pred, match, grade, REFERENCE_FIG3, CANDIDATE_FIG3)
+
+
+def adjudicated(
+    rec: Record,
+    errors: Optional[list[int]] = None,
+    unlisted: tuple[str, ...] = (),
+    state: str = "current",
+) -> Record:
+    """The record scored with an error adjudication stage (docs/scoring.md section 5).
+
+    `errors`: each shown unit's count, in the order the stage shows them (default 1
+    each); `unlisted`: descriptions of errors no unit holds. `state` "failed" stores a
+    failed call, "stale" an answer to units other than those scoring derives now.
+    """
+    from radmatch_audit.schemas import (
+        AdjudicationAnswer,
+        AdjudicationStage,
+        ShownUnit,
+        StoredAdjudicatedUnit,
+        StoredUnlistedError,
+    )
+    from radmatch_audit.scoring.adjudication import shown_units
+    from radmatch_audit.scoring.record import score_record
+
+    shown = shown_units(score_record(rec).scores.units)
+    if state == "stale":
+        shown = shown + [ShownUnit(kind="MIS", gt_ids=["gt_gone"])]
+    counts = errors if errors is not None else [1] * len(shown)
+    if state == "failed":
+        stage = AdjudicationStage(units=shown, error="adjudicate: judge returned invalid JSON")
+    else:
+        stage = AdjudicationStage(units=shown, answer=AdjudicationAnswer(
+            units=[StoredAdjudicatedUnit(unit=i, reasoning=f"Unit {i} judged in context.", errors=n)
+                   for i, n in enumerate(counts, 1)],
+            unlisted=[StoredUnlistedError(description=d) for d in unlisted],
+        ))
+    stages = rec.stages.model_copy(update={"adjudication": stage})
+    return score_record(rec.model_copy(update={"stages": stages, "scores": None}))
+
+
+def version3_line(rec: Record) -> str:
+    """The record as a version-3 line: scored before the error adjudication existed."""
+    import json
+
+    data = json.loads(rec.to_json())
+    data["schema_version"] = 3
+    data["stages"].pop("adjudication", None)
+    scores = data.get("scores") or {}
+    for key in ("significant_errors", "adjudication", "unlisted_errors"):
+        scores.pop(key, None)
+    for unit in scores.get("units", []):
+        unit.pop("significant_errors", None)
+        unit.pop("actionable_errors", None)
+    return json.dumps(data)

@@ -317,3 +317,63 @@ def test_radevalexpert_with_no_readable_cell_fails(tmp_path):
     _write_csv(path, REE_COLUMNS, [["r1", "findings", "ref", "img/1", "p1", "p2", "p3", "?", "?", "?"]])
     with pytest.raises(AnnotationError, match="none of the 3 annotation cells"):
         load_radevalexpert(path)
+
+
+# --------------------------------------------------------------------------- RadMatch's two counts
+
+
+def _radmatch_line(pair_id: str, actionable: int, significant: int, state: str = "current") -> str:
+    """A RadMatch record with `actionable` urgent misses whose adjudication found
+    `significant` errors (as unlisted ones); `state` "off" writes it as version 3."""
+    from builders import adjudicated, f, matching, record, version3_line
+
+    from radmatch_audit.recompute import score_record
+
+    gt = [f(f"gt_{i}", sig="urgent") for i in range(actionable)] or [f("gt_0", status="normal")]
+    rec = record(pair_id, gt, [], matching([], [], [g.id for g in gt]))
+    if state == "off":
+        return version3_line(score_record(rec))
+    rec = adjudicated(rec, errors=[0] * (actionable or 1), unlisted=("an error",) * significant,
+                      state=state)
+    return rec.to_json()
+
+
+def test_a_radmatch_file_gives_its_significant_and_actionable_counts_as_two_methods(tmp_path):
+    from radmatch_audit.agreement.methods import read_methods
+
+    ann = _toy_set()  # the radiologists' total: 5 - rating
+    path = tmp_path / "radmatch.jsonl"
+    lines = [_radmatch_line(pid, actionable=0 if pid.endswith("C1") else 2,
+                            significant=int(case.targets["total"]),
+                            state="stale" if pid == "d/C2" else "current")
+             for pid, case in ann.cases.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    significant, actionable = read_methods(str(path))
+    assert (significant.label, actionable.label) == ("radmatch-significant", "radmatch")
+    assert significant.errors == {pid: c.targets["total"] for pid, c in ann.cases.items() if pid != "d/C2"}
+    assert significant.failed == 1 and actionable.failed == 0 and len(actionable.errors) == 8
+    assert actionable.errors["a/C2"] == 2 and actionable.errors["a/C1"] == 0
+    report = compare(ann, [significant, actionable], n_resamples=100)
+    results = report["endpoints"][0]["results"]
+    assert results["radmatch-significant"]["tau_b"]["value"] == 1.0
+    assert results["radmatch-significant"]["tau_b"]["n"] == 7
+    assert results["radmatch"]["tau_b"]["n"] == 8 and results["radmatch"]["tau_b"]["value"] < 1
+    assert any("radmatch-significant: 1 scored pair(s) whose error adjudication does not stand"
+               in note for note in report["notes"])
+    text = to_markdown(report)
+    assert "| total errors | radmatch-significant | 7 † | 1.00" in text
+    assert "| radmatch-significant | 7 | 1 | 0 |" in text
+    assert read_methods(str(path), "mine")[0].label == "mine-significant"
+
+
+def test_records_without_adjudication_give_one_method_and_say_significant_is_not_available(tmp_path):
+    from radmatch_audit.agreement.methods import read_methods
+
+    path = tmp_path / "old.jsonl"
+    path.write_text(_radmatch_line("a/C1", 1, 0, state="off") + "\n"
+                    + _radmatch_line("a/C2", 2, 0, state="off") + "\n", encoding="utf-8")
+    (method,) = read_methods(str(path))
+    assert method.label == "radmatch" and method.errors == {"a/C1": 1, "a/C2": 2}
+    report = compare(_toy_set(), [method], n_resamples=100)
+    assert any(note.startswith("radmatch: no pair's error adjudication stands") and
+               "significant errors are not available" in note for note in report["notes"])

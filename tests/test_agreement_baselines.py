@@ -78,7 +78,10 @@ def test_baselines_and_agreement_end_to_end(server, tmp_path, capsys):
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     labels = [m["label"] for m in report["methods"]]
-    assert labels == ["radmatch (stub-judge)", "count (stub-judge)", "enumerate (stub-judge)"]
+    # a RadMatch file gives two methods: its significant errors (the error adjudication's
+    # count, the headline) and its actionable errors (the paper's RadMatch count)
+    assert labels == ["radmatch-significant (stub-judge)", "radmatch (stub-judge)",
+                      "count (stub-judge)", "enumerate (stub-judge)"]
     assert all(m["scored"] == 22 and m["not_annotated"] == 0 for m in report["methods"])
     significant = next(e for e in report["endpoints"] if e["key"] == "significant")
     for label in labels:
@@ -86,8 +89,8 @@ def test_baselines_and_agreement_end_to_end(server, tmp_path, capsys):
         assert result["tau_b"]["n"] == 22 and -1 <= result["tau_b"]["value"] <= 1
         assert result["blocked_tau_b"]["blocks"] <= 11
     # the two baselines answered the same counts, so they agree exactly
-    assert significant["results"][labels[1]] == significant["results"][labels[2]]
-    assert report["methods"][1]["preference"]["cases"] > 0
+    assert significant["results"][labels[2]] == significant["results"][labels[3]]
+    assert report["methods"][2]["preference"]["cases"] > 0
 
     assert main(["agreement", str(outputs["count"]), "--annotations", str(RADPREF),
                  "--resamples", "100"]) == 0

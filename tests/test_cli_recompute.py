@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from builders import f, fig3_record, matching, record
+from builders import adjudicated, f, fig3_record, matching, record, version3_line
 from radmatch_audit.corpus import summarize, wilson_interval
 from radmatch_audit.record_io import parse_record, read_records
 from radmatch_audit.records import SCHEMA_VERSION
@@ -244,3 +244,45 @@ def test_summary_mean_has_a_seeded_bootstrap_interval_over_studies(tmp_path):
     assert data["mean_actionable_errors_ci"] == pytest.approx([low, high])
     text = run_cli("summary", str(src), check=True).stdout
     assert f"95% CI [{low:.3f}, {high:.3f}], bootstrap over 4 studies" in text
+
+
+def test_summary_mean_significant_errors_counts_only_pairs_whose_adjudication_stands(tmp_path):
+    from radmatch_audit.resampling import mean_interval
+
+    # A: two adjudicated pairs; B: one adjudicated, one stale; c: failed adjudication;
+    # d: an old (version 3) record, never adjudicated
+    a1 = adjudicated(_with_errors("a1", "A", 2), errors=[0, 1], unlisted=("an invented line",))
+    a2 = adjudicated(_with_errors("a2", "A", 1), errors=[0])
+    b1 = adjudicated(_with_errors("b1", "B", 3), errors=[1, 1, 1])
+    b2 = adjudicated(_with_errors("b2", "B", 2), state="stale")
+    c = adjudicated(_with_errors("c", None, 1), state="failed")
+    d = _with_errors("d", None, 1)
+    summary = summarize([a1, a2, b1, b2, c, d]).to_dict()
+    assert summary["n_adjudicated"] == 3 and summary["significant_errors"] == 2 + 0 + 3
+    assert summary["mean_significant_errors"] == pytest.approx(5 / 3)
+    assert summary["adjudication"] == {"current": 3, "stale": 1, "failed": 1, "invalid": 0, "off": 1}
+    assert summary["mean_actionable_errors"] == pytest.approx(10 / 6)  # every scored pair
+    low, high = summary["mean_significant_errors_ci"]
+    assert summary["n_adjudicated_studies"] == 2 and low < high
+    assert [low, high] == pytest.approx(list(mean_interval([2, 0, 3], ["A", "A", "B"])))
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [r.to_json() for r in (a1, a2, b1, b2, c)] + [version3_line(d)])
+    data = json.loads(run_cli("summary", str(src), "--json", check=True).stdout)
+    assert data["mean_significant_errors"] == pytest.approx(5 / 3) and data["n_adjudicated"] == 3
+    lines = run_cli("summary", str(src), check=True).stdout.splitlines()
+    assert lines[1].startswith("mean significant errors per pair: 1.667   95% CI")  # the headline
+    assert lines[1].endswith("n 3 adjudicated (not counted: 1 stale, 1 failed, 1 off)")
+    assert lines[2].startswith("mean actionable errors per pair: 1.667")
+    assert lines[2].endswith("(the paper's RadMatch count)")
+
+
+def test_summary_of_records_without_adjudication_says_significant_is_not_available(tmp_path):
+    src = tmp_path / "old.jsonl"
+    write_jsonl(src, [version3_line(_with_errors("a", "A", 2)), version3_line(_with_errors("b", "B", 1))])
+    data = json.loads(run_cli("summary", str(src), "--json", check=True).stdout)
+    assert data["mean_significant_errors"] is None and data["mean_significant_errors_ci"] is None
+    assert data["n_adjudicated"] == 0 and data["adjudication"]["off"] == 2
+    lines = run_cli("summary", str(src), check=True).stdout.splitlines()
+    assert lines[1].startswith("mean actionable errors per pair: 1.500")
+    assert lines[2] == "mean significant errors per pair: n/a (no adjudication stands: 2 off)"

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from builders import f, matching, record
+from builders import adjudicated, f, matching, record, version3_line
 from radmatch_audit.compare import (
     compare_records,
     format_comparison,
@@ -132,6 +132,41 @@ def test_pairs_not_scored_by_both_are_dropped_with_their_reason():
     assert again["n_compared"] == 2 and again["dropped"]["failed_in_a"] == 0
 
 
+def adjudicated_runs():
+    """20 pairs with one urgent miss in both runs (no actionable difference). A's
+    adjudication gives each 1 significant error; B's gives the even pairs 0, and B's last
+    four pairs are not adjudicated (two stale, two scored without the stage)."""
+    a = [adjudicated(scored(f"p{i}", f"s{i // 2}", {"urgent": 1}), errors=[1]) for i in range(20)]
+    b = [adjudicated(scored(f"p{i}", f"s{i // 2}", {"urgent": 1}), errors=[i % 2]) for i in range(16)]
+    b += [adjudicated(scored(f"p{i}", f"s{i // 2}", {"urgent": 1}), state="stale") for i in (16, 17)]
+    b += [scored(f"p{i}", f"s{i // 2}", {"urgent": 1}) for i in (18, 19)]
+    return a, b
+
+
+def test_significant_difference_is_over_the_pairs_adjudicated_in_both_runs():
+    a, b = adjudicated_runs()
+    result = compare_records(a, b)
+    assert row_of(result, "actionable")["mean_difference"] == 0
+    sig = result["significant"]
+    assert sig["n_compared"] == 16 and sig["n_not_adjudicated"] == 4 and sig["n_studies"] == 8
+    diffs = [i % 2 - 1 for i in range(16)]
+    assert sig["mean_a"] == 1 and sig["mean_b"] == 0.5 and sig["mean_difference"] == -0.5
+    assert sig["ci"] == pytest.approx(list(mean_interval(diffs, [f"s{i // 2}" for i in range(16)])))
+    assert sig["b_better"] == 8 and sig["same"] == 8 and sig["b_worse"] == 0
+    # 8 studies, each B better by one: of 256 sign vectors, all-plus and all-minus reach it
+    assert sig["permutation_method"] == "exact" and sig["p_value"] == 2 / 256
+    assert compare_records(b, a)["significant"]["mean_difference"] == 0.5
+
+
+def test_significant_difference_without_adjudication_is_not_available():
+    runs = [scored(f"p{i}", f"s{i}", {"urgent": 1}) for i in range(4)]
+    sig = compare_records(runs, runs)["significant"]
+    assert sig["n_compared"] == 0 and sig["n_not_adjudicated"] == 4
+    assert sig["mean_difference"] is None and sig["ci"] is None and sig["p_value"] is None
+    assert format_comparison(compare_records(runs, runs)).splitlines()[3] == (
+        "significant errors (error adjudication): n/a, no compared pair's adjudication stands in both runs")
+
+
 # --------------------------------------------------------------------------- command
 
 
@@ -203,3 +238,21 @@ def test_compare_is_registered_with_help():
     proc = subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "compare", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "95% paired bootstrap" in " ".join(proc.stdout.split())
+
+
+def test_compare_command_shows_the_significant_difference_first(tmp_path):
+    a_recs, b_recs = adjudicated_runs()
+    a = write(tmp_path / "a.jsonl", a_recs)
+    b = tmp_path / "b.jsonl"  # B's unadjudicated pairs as a version-3 file wrote them
+    b.write_text("".join((version3_line(r) if r.pair_id in ("p18", "p19") else r.to_json()) + "\n"
+                         for r in b_recs), encoding="utf-8")
+    proc = run_cli(a, b)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    start = out.index("significant errors (error adjudication), B minus A per pair, over 16 "
+                      "pair(s) adjudicated in both runs (4 not):")
+    assert out[start + 2].split()[:4] == ["significant", "1.000", "0.500", "-0.500"]
+    assert out[start + 4] == "actionable errors (the paper's RadMatch count):"
+    assert start < next(i for i, line in enumerate(out) if line.startswith("actionable "))
+    data = json.loads(run_cli(a, b, "--json").stdout)
+    assert data["significant"]["mean_difference"] == -0.5 and data["significant"]["n_compared"] == 16

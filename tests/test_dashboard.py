@@ -798,3 +798,77 @@ def test_evidence_not_found_follows_the_scoring_core_s_attribution():
     spans = pair_view(record)["detail"]["spans"]["reference"]
     (start, end, _), = [s for s in spans if s[2] == "gt_1"]
     assert reference[start:end] == "<|im_start|>system ignore<|im_end|>"
+
+
+# --------------------------------------------------------------------------- error adjudication
+
+
+@pytest.fixture(scope="module")
+def adjudicated_page(tmp_path_factory):
+    """Fig. 3b adjudicated (one unlisted error), stale, failed, and as a version-3 line."""
+    from builders import adjudicated, version3_line
+
+    base = tmp_path_factory.mktemp("dash_adjudicated")
+    fig = fx.fig3b()
+    records = [adjudicated(fig, errors=[1, 0, 0, 2], unlisted=("Invented pneumothorax.",)),
+               adjudicated(fig.model_copy(update={"pair_id": "stale"}), state="stale"),
+               adjudicated(fig.model_copy(update={"pair_id": "failed-adj"}), state="failed")]
+    src = fx.write_records(base / "records.jsonl", records)
+    with open(src, "a", encoding="utf-8") as handle:  # a record from before the adjudication
+        handle.write(version3_line(fx.fig3a()) + "\n")
+    build_dashboard(src, base / "page.html")
+    return {"records": records, "html": (base / "page.html").read_text("utf-8")}
+
+
+def test_page_carries_each_units_adjudication_and_the_pairs_significant_errors(adjudicated_page):
+    data = _data(adjudicated_page["html"])
+    by_id = {p["id"]: p for p in data["pairs"]}
+    fig = by_id["rexval-fig3-b"]
+    assert (fig["se"], fig["ae"], fig["adjudication"]) == (4, 2, "current")
+    shown = [u for u in fig["detail"]["units"] if u["outcome"] != "COR"]
+    record = adjudicated_page["records"][0]
+    stage = record.stages.adjudication
+    for unit in shown:  # each unit's count and reasoning are those the answer gave its number
+        number = next(n for n, s in enumerate(stage.units, 1)
+                      if (s.kind, s.gt_ids, s.pred_ids) == (unit["outcome"], unit["gt_ids"], unit["pred_ids"]))
+        entry = stage.answer.units[number - 1]
+        assert unit["significant_errors"] == entry.errors
+        assert unit["adjudication_reasoning"] == entry.reasoning == f"Unit {number} judged in context."
+    assert fig["detail"]["adjudication"] == {"state": "current", "error": None,
+                                              "unlisted": ["Invented pneumothorax."]}
+    stale, failed = by_id["stale"], by_id["failed-adj"]
+    assert stale["se"] is None and stale["adjudication"] == "stale"
+    assert not any("adjudication_reasoning" in u for u in stale["detail"]["units"])
+    assert all(u["significant_errors"] is None for u in stale["detail"]["units"])
+    assert failed["detail"]["adjudication"]["state"] == "failed"
+    assert failed["detail"]["adjudication"]["error"] == "adjudicate: judge returned invalid JSON"
+    old = by_id["rexval-fig3-a"]  # an old record still shows, its significant count not available
+    assert old["scored"] and old["se"] is None and old["adjudication"] == "off"
+    summary = data["summary"]
+    assert summary["mean_significant_errors"] == 4 and summary["n_adjudicated"] == 1
+    assert summary["adjudication"] == {"current": 1, "stale": 1, "failed": 1, "invalid": 0, "off": 1}
+
+
+@pytest.mark.browser
+@needs_browser
+def test_pair_view_shows_the_adjudication_beside_each_units_tier(browser, adjudicated_page, tmp_path):
+    page = tmp_path / "adjudicated.html"
+    page.write_text(adjudicated_page["html"], encoding="utf-8")
+    open_page(browser, page)
+    assert browser.find_element("css selector", '#corpus [data-key="mean_significant_errors"]').text == "4.00"
+    browser.execute_script("location.hash = '#/pair/rexval-fig3-b'")
+    wait_for_view(browser, "pair", "rexval-fig3-b")
+    assert browser.find_element("id", "pair-significant").text == "4 significant errors"
+    cards = browser.execute_script(
+        "return [...document.querySelectorAll('#view-pair article.unit')].map(a => [a.querySelector('.tier')"
+        ".textContent, (a.querySelector('.adjudicated') || {}).textContent, "
+        "(a.querySelector('.adjudication-reasoning') || {}).textContent])")
+    assert all(verdict and verdict.endswith(("significant error", "significant errors")) for _, verdict, _ in cards)
+    assert all(reason.startswith("Adjudication: Unit ") for _, _, reason in cards)
+    assert "Invented pneumothorax." in browser.find_element("id", "adjudication").text
+    for pair_id, said in (("stale", "stale"), ("failed-adj", "failed"), ("rexval-fig3-a", "not run")):
+        browser.execute_script(f"location.hash = '#/pair/{pair_id}'")
+        wait_for_view(browser, "pair", pair_id)
+        assert f"adjudication {said}" in browser.find_element("id", "pair-significant").text
+        if pair_id != "rexval-fig3-a":
+            assert browser.find_element("id", "adjudication").get_attribute("data-state") == said

@@ -14,6 +14,10 @@ significance tier and in total, with
 
 Pairs that only one run holds, that failed in either run, or whose reference text
 differs between the runs are dropped and counted, each with its reason.
+
+`significant` holds the same statistics for the error adjudication's count
+(`significant_errors`, docs/scoring.md section 5) over the compared pairs whose
+adjudication stands in both runs; the others are counted apart.
 """
 
 from __future__ import annotations
@@ -196,6 +200,7 @@ def compare_records(
         "n_dropped": sum(dropped.values()),
         "dropped": dropped,
         "rows": rows,
+        "significant": significant_difference(both, n_resamples, n_permutations, seed, confidence),
         "confidence": confidence,
         "bootstrap": {"unit": "study", "n_resamples": n_resamples, "seed": seed},
         "permutation": {
@@ -204,6 +209,41 @@ def compare_records(
             "n_permutations": 2 ** len(clusters) if method == "exact" else n_permutations,
             "seed": seed,
         },
+    }
+
+
+def significant_difference(
+    both: list[tuple[Record, Record]], n_resamples: int, n_permutations: int, seed: int,
+    confidence: float,
+) -> dict[str, Any]:
+    """B minus A in significant errors per pair, over the pairs whose adjudication stands
+    in both runs: means, interval, p-value, and how many compared pairs were left out."""
+    stand = [(ra, rb) for ra, rb in both
+             if ra.scores.adjudication == "current" and rb.scores.adjudication == "current"]
+    a = np.array([ra.scores.significant_errors for ra, _ in stand], dtype=float)
+    b = np.array([rb.scores.significant_errors for _, rb in stand], dtype=float)
+    d = b - a
+    clusters = group_by_study([
+        ("study", ra.study_id or rb.study_id) if (ra.study_id or rb.study_id) else ("pair", ra.pair_id)
+        for ra, rb in stand
+    ])
+    n = len(stand)
+    interval = bootstrap_intervals(d, clusters, confidence, n_resamples, seed)[0]
+    p_values, method = sign_flip_p_values(d, clusters, n_permutations, seed)
+    return {
+        "difference": "B minus A, significant errors per pair (the error adjudication's count)",
+        "n_compared": n,
+        "n_studies": len(clusters),
+        "n_not_adjudicated": len(both) - n,  # compared pairs whose adjudication does not stand in both
+        "mean_a": _num(a.mean()) if n else None,
+        "mean_b": _num(b.mean()) if n else None,
+        "mean_difference": _num(d.mean()) if n else None,
+        "ci": [_num(x) for x in interval] if n else None,
+        "p_value": _num(p_values[0]) if n else None,
+        "permutation_method": method,
+        "b_better": int((d < 0).sum()),
+        "b_worse": int((d > 0).sum()),
+        "same": int((d == 0).sum()),
     }
 
 
@@ -245,6 +285,7 @@ def format_comparison(result: dict[str, Any]) -> str:
           for side, j in (result.get("judges") or {}).items() if j),
         f"{result['n_compared']} pair(s) scored by both, in {result['n_studies']} "
         f"{'study' if result['n_studies'] == 1 else 'studies'}; " + dropped_line(result["dropped"]),
+        *_significant_lines(result.get("significant"), pct),
         "difference: B minus A, actionable errors per pair (negative: B makes fewer errors)",
         "",
         f"{'tier':<12}{'mean A':>8}{'mean B':>8}{'B - A':>9}  {f'{pct}% CI':<19}{'p':>7}"
@@ -269,3 +310,32 @@ def format_comparison(result: dict[str, Any]) -> str:
         + ("" if perm["method"] == "exact" else f", seed {perm['seed']}") + ")",
     ]
     return "\n".join(lines)
+
+
+NO_SIGNIFICANT = ("significant errors (error adjudication): n/a, no compared pair's "
+                  "adjudication stands in both runs")
+
+
+def _significant_lines(sig: Optional[dict[str, Any]], pct: int) -> list[str]:
+    """The significant errors' difference, the headline where both runs were adjudicated."""
+    if sig is None:
+        return []
+    if not sig["n_compared"]:
+        return [NO_SIGNIFICANT, ""]
+    ci = sig["ci"]
+    interval = "n/a" if ci is None or None in ci else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+    left_out = f" ({sig['n_not_adjudicated']} not)" if sig["n_not_adjudicated"] else ""
+    head = (f"significant errors (error adjudication), B minus A per pair, over "
+            f"{sig['n_compared']} pair(s) adjudicated in both runs{left_out}:")
+    columns = (f"{'':<12}{'mean A':>8}{'mean B':>8}{'B - A':>9}  {f'{pct}% CI':<19}{'p':>7}"
+               f"{'B better':>10}{'B worse':>9}{'same':>6}")
+    row = (f"{'significant':<12}{_plain(sig['mean_a']):>8}{_plain(sig['mean_b']):>8}"
+           f"{_signed(sig['mean_difference']):>9}  {interval:<19}{_p(sig['p_value']):>7}"
+           f"{sig['b_better']:>10}{sig['b_worse']:>9}{sig['same']:>6}")
+    return [
+        head,
+        columns,
+        row,
+        "",
+        "actionable errors (the paper's RadMatch count):",
+    ]

@@ -3,7 +3,9 @@
 Counts are summed over scored records; safety and attribution numerators and
 denominators are pooled (micro average) with 95 % Wilson intervals; the mean
 actionable errors per pair has a 95 % bootstrap interval over studies (seeded: the
-same records give the same interval; a pair without a study id is its own study).
+same records give the same interval; a pair without a study id is its own study), and
+so has the mean significant errors per pair, over the scored pairs whose error
+adjudication stands (its own n; the others are counted by adjudication state).
 Failed records are counted apart and never scored. When a pair_id occurs more than
 once the last record counts. Memory holds one small tuple of integers per pair (and
 its study id), never the records.
@@ -11,10 +13,11 @@ its study id), never the records.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Optional
+from typing import Any, Hashable, Iterable, Optional, get_args
 
 from radmatch_audit.records import Record
 from radmatch_audit.resampling import mean_interval, wilson_interval
+from radmatch_audit.scores import AdjudicationState
 from radmatch_audit.scoring.results import (
     DIMENSIONS,
     OUTCOME_COUNT_KEYS,
@@ -26,6 +29,7 @@ from radmatch_audit.scoring.results import (
 )
 
 SUBSET_KEYS = (*OUTCOME_KEYS, "actionable_errors")
+ADJUDICATION_STATES: tuple[str, ...] = get_args(AdjudicationState)
 
 # One flat integer vector per pair; FIELDS names its slots.
 FIELDS: tuple[tuple[str, ...], ...] = (
@@ -84,8 +88,9 @@ class CorpusSummary:
         self._folded = [0] * len(FIELDS) if streaming else None
         self._seen: set[str] = set()
         self._failed: dict[str, str] = {}
-        # pair_id -> (study, actionable errors or None when failed): the mean's interval
-        self._errors: dict[str, tuple[Hashable, Optional[int]]] = {}
+        # pair_id -> (study, actionable errors or None when failed, significant errors or
+        # None unless the adjudication stands, adjudication state): the means' intervals
+        self._errors: dict[str, tuple[Hashable, Optional[int], Optional[int], str]] = {}
         self.warnings: list[str] = []
         self._duplicates = 0
         self._identical: dict[str, bool] = {}  # pair_id -> identical counts across samples
@@ -105,7 +110,13 @@ class CorpusSummary:
         if failed:
             self._failed[pair_id] = record.error or "not scored"
         study = ("study", record.study_id) if record.study_id else ("pair", pair_id)
-        self._errors[pair_id] = (study, None if failed else contribution[SLOT[("actionable_errors",)]])
+        scores = None if failed else record.scores
+        self._errors[pair_id] = (
+            study,
+            None if scores is None else scores.actionable_errors,
+            None if scores is None or scores.adjudication != "current" else scores.significant_errors,
+            "" if scores is None else scores.adjudication,
+        )
         if record.stability is not None:  # --samples K: did every sample count the same?
             self._identical[pair_id] = bool(record.stability.identical)
         else:
@@ -123,18 +134,37 @@ class CorpusSummary:
         sums = [sum(column) for column in zip(*self._by_pair.values())] or [0] * len(FIELDS)
         return dict(zip(FIELDS, sums))
 
-    def mean_interval(self) -> tuple[Optional[list[float]], int]:
-        """95 % interval of the mean actionable errors per scored pair, resampling
-        studies (radmatch_audit.resampling, seeded), and the number of studies; (None, n)
-        when no pair is scored."""
+    def mean_interval(self, count: str = "actionable") -> tuple[Optional[list[float]], int]:
+        """95 % interval of the mean actionable (or, `count="significant"`, significant)
+        errors per pair that has that count, resampling studies (radmatch_audit.resampling,
+        seeded), and the number of studies; (None, n) when no pair has the count."""
+        slot = 1 if count == "actionable" else 2
         # studies in a fixed (sorted) order: records are written as pairs finish, and the
         # interval must not depend on the order of the file's lines
-        scored = sorted((study, errors) for study, errors in self._errors.values() if errors is not None)
+        scored = sorted((entry[0], entry[slot]) for entry in self._errors.values()
+                        if entry[slot] is not None)
         studies = len({study for study, _ in scored})
         if not scored:
             return None, studies
         low, high = mean_interval([e for _, e in scored], [s for s, _ in scored])
         return [low, high], studies
+
+    def significant(self) -> dict[str, Any]:
+        """The significant-error keys of `to_dict()` (docs/scoring.md section 6)."""
+        counts = [entry[2] for entry in self._errors.values() if entry[2] is not None]
+        states = dict.fromkeys(ADJUDICATION_STATES, 0)
+        for entry in self._errors.values():
+            if entry[3]:
+                states[entry[3]] += 1
+        interval, studies = self.mean_interval("significant")
+        return {
+            "mean_significant_errors": ratio(sum(counts), len(counts)),
+            "mean_significant_errors_ci": interval,
+            "n_adjudicated": len(counts),
+            "n_adjudicated_studies": studies,
+            "significant_errors": sum(counts),
+            "adjudication": states,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         totals = self.totals()
@@ -179,6 +209,7 @@ class CorpusSummary:
             "mean_actionable_errors_ci": mean_ci,
             "n_studies": n_studies,
             "actionable_errors": actionable,
+            **self.significant(),
             "outcomes": {k: get("outcomes", k) for k in OUTCOME_COUNT_KEYS},
             "safety": safety,
             "attribution": attribution,
@@ -213,13 +244,32 @@ def _ci(interval: Optional[list[float]]) -> str:
     return "" if interval is None else f"[{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]"
 
 
-def _mean_ci(summary: dict[str, Any]) -> str:
-    interval = summary.get("mean_actionable_errors_ci")
+def _mean_ci(summary: dict[str, Any], count: str = "actionable") -> str:
+    interval = summary.get(f"mean_{count}_errors_ci")
     if interval is None:
         return ""
-    studies = summary.get("n_studies")
+    studies = summary.get("n_studies" if count == "actionable" else "n_adjudicated_studies")
     over = f", bootstrap over {studies} {'study' if studies == 1 else 'studies'}" if studies else ""
     return f"   95% CI [{interval[0]:.3f}, {interval[1]:.3f}]{over}"
+
+
+def _mean_lines(summary: dict[str, Any]) -> list[str]:
+    """Both means per pair: the significant errors first where the adjudication ran."""
+    mean = summary["mean_actionable_errors"]
+    actionable = ("mean actionable errors per pair: " + ("n/a" if mean is None else f"{mean:.3f}")
+                  + _mean_ci(summary) + "   (the paper's RadMatch count)")
+    if "mean_significant_errors" not in summary:  # a summary written before adjudication
+        return [actionable]
+    states = summary["adjudication"]
+    left_out = ", ".join(f"{n} {state}" for state, n in states.items() if n and state != "current")
+    n = summary["n_adjudicated"]
+    if not n:
+        return [actionable, "mean significant errors per pair: n/a (no adjudication stands"
+                + (f": {left_out})" if left_out else ")")]
+    significant = (f"mean significant errors per pair: {summary['mean_significant_errors']:.3f}"
+                   + _mean_ci(summary, "significant")
+                   + f"   n {n} adjudicated" + (f" (not counted: {left_out})" if left_out else ""))
+    return [significant, actionable]
 
 
 SHOWN_FAILURES = 10  # failed pairs listed by format_summary; the rest are counted
@@ -235,13 +285,11 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     Beyond `to_dict()`, an optional "judges" key (a list of "backend/model") is shown.
     """
-    mean = summary["mean_actionable_errors"]
     judges = summary.get("judges")
     lines = [
         f"pairs {summary['n_pairs']}   scored {summary['n_scored']}   failed {summary['n_failed']}",
         *([f"judge{'s' if len(judges) > 1 else ''}: {', '.join(judges)}"] if judges else []),
-        "mean actionable errors per pair: " + ("n/a" if mean is None else f"{mean:.3f}")
-        + _mean_ci(summary),
+        *_mean_lines(summary),
         "outcomes: "
         + "  ".join(f"{k.upper()} {v}" for k, v in summary["outcomes"].items()),
         *([GENERIC_NOTE] if "generic" in summary["outcomes"] else []),

@@ -1,8 +1,10 @@
 """Read one method's per-pair error counts from a records file.
 
 Two kinds of line are understood (docs/agreement.md, "Records read"):
-- a RadMatch audit record (docs/records.md): its `scores.actionable_errors`; a record
-  stored without scores is scored from its stages; a failed record has no count;
+- a RadMatch audit record (docs/records.md): its `scores.actionable_errors` (the paper's
+  RadMatch count) and, as a second method, its `scores.significant_errors` (the error
+  adjudication's count, where the adjudication stands); a record stored without scores
+  is scored from its stages; a failed record has no count;
 - a baseline record (`"record_type": "baseline"`, written by `radmatch-audit baseline`):
   its `errors`; a failed one has `errors: null`.
 """
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional
 
 BASELINE_TYPE = "baseline"
+SIGNIFICANT = "-significant"  # what names a file's significant-error method beside its label
 
 
 @dataclass
@@ -26,6 +29,10 @@ class MethodScores:
     study_ids: dict[str, Optional[str]] = field(default_factory=dict)
     failed: int = 0
     unreadable: int = 0  # lines that are neither kind of record
+    notes: list[str] = field(default_factory=list)
+    # the RadMatch records' significant errors, by pair_id (None when the file has no
+    # RadMatch record); a pair whose adjudication does not stand is counted in `failed`
+    significant: Optional["MethodScores"] = None
 
 
 def _label(kind: str, model: Optional[str]) -> str:
@@ -43,16 +50,48 @@ def read_method(path: str, label: Optional[str] = None) -> MethodScores:
 
     found = MethodScores(label or "", path)
     kinds: set[str] = set()
+    significant = MethodScores("", path)
     with open(path, encoding="utf-8") as handle:
         records = RecordReader(_counting_baselines(handle, found, kinds))
         for record in records:
             kinds.add(_label("radmatch", record.judge.model or None))
             scores = record.scores
             _count(found, record.pair_id, record.study_id, scores.actionable_errors if scores else None)
+            _count(significant, record.pair_id, record.study_id,
+                   scores.significant_errors if scores and scores.adjudication == "current" else None)
+            found.significant = significant
     found.unreadable += len(records.bad)
     if not found.label:
         found.label = " + ".join(sorted(kinds)) if kinds else path
     return found
+
+
+def read_methods(path: str, label: Optional[str] = None) -> list[MethodScores]:
+    """The methods of one records file: for RadMatch records whose error adjudication
+    stands for some pair, their significant errors first (the headline count), then
+    their actionable errors; otherwise the one count the file holds, with a note."""
+    found = read_method(path, label)
+    significant = found.significant
+    if significant is None:  # baseline records only
+        return [found]
+    if not significant.errors:
+        found.notes.append(f"{found.label}: no pair's error adjudication stands (records written "
+                           "before it, or evaluated with --no-adjudication): significant errors "
+                           "are not available")
+        return [found]
+    significant.label = _significant_label(found.label)
+    left_out = significant.failed - found.failed
+    if left_out:
+        significant.notes.append(
+            f"{significant.label}: {left_out} scored pair(s) whose error adjudication does not "
+            "stand (failed, stale or not run) have no significant count and are counted as failed")
+    return [significant, found]
+
+
+def _significant_label(label: str) -> str:
+    """'radmatch (model)' -> 'radmatch-significant (model)'; any other label gains the suffix."""
+    kind, sep, rest = label.partition(" (")
+    return f"{kind}{SIGNIFICANT}{sep}{rest}"
 
 
 def _counting_baselines(lines: Iterable[str], found: MethodScores, kinds: set[str]) -> Iterator[str]:

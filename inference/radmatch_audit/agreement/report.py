@@ -67,7 +67,7 @@ def compare(
         "common_pairs_only": common,
         "methods": [],
         "endpoints": [],
-        "notes": list(annotations.notes),
+        "notes": list(annotations.notes) + [note for m in methods for note in m.notes],
     }
     for method in methods:
         out["methods"].append({

@@ -13,7 +13,8 @@ from radmatch_audit.resampling import N_RESAMPLES, SEED
 HELP = "agreement of records with radiologists' error counts (tau-b, blocked tau-b, r)"
 DESCRIPTION = (
     "Correlate each records file's per-pair error counts (RadMatch records: "
-    "actionable errors; baseline records: their count) with radiologists' annotations: "
+    "significant errors, where the error adjudication ran, and actionable errors, as two "
+    "methods; baseline records: their count) with radiologists' annotations: "
     "Kendall's tau-b, blocked tau-b within studies and Pearson r per endpoint, with 95% "
     "intervals from a bootstrap over studies, as a markdown table (or --json). Records "
     "join annotations by pair_id: write a set's pairs with --emit-pairs, evaluate them, "
@@ -38,18 +39,18 @@ def run(args: argparse.Namespace) -> int:
     labels = args.labels.split(",") if args.labels else []
     if labels and len(labels) != len(args.records):
         return fail(f"--labels names {len(labels)} method(s) for {len(args.records)} records file(s)")
-    from radmatch_audit.agreement.methods import read_method
+    from radmatch_audit.agreement.methods import read_methods
     from radmatch_audit.agreement.report import compare, to_markdown
 
     methods = []
     for i, path in enumerate(args.records):
         try:
-            method = read_method(path, labels[i] if labels else None)
+            found = read_methods(path, labels[i] if labels else None)
         except (OSError, UnicodeDecodeError) as exc:
             return fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
-        if not method.errors and not method.failed:
+        if not found[-1].errors and not found[-1].failed:
             return fail(f"{path} holds no record with a pair_id (is it a records file?)")
-        methods.append(method)
+        methods.extend(found)
     seen = set()
     for method in methods:  # two files with one label would overwrite each other
         while method.label in seen:

@@ -22,7 +22,9 @@ DESCRIPTION = (
     "mean difference in actionable errors per pair (B minus A), per significance tier "
     "and in total, with a 95% paired bootstrap interval resampling studies and a "
     "two-sided permutation p-value (sign flips by study). Pairs held by one run only, "
-    "failed in either run, or with a different reference are dropped and counted."
+    "failed in either run, or with a different reference are dropped and counted. "
+    "The same for significant errors (the error adjudication's count), shown first, over "
+    "the pairs whose adjudication stands in both runs."
 )
 
 

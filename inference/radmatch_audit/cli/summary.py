@@ -12,7 +12,9 @@ from radmatch_audit.cli.common import (
 HELP = "print the corpus summary of a records file"
 DESCRIPTION = (
     "Print the corpus summary (pooled safety with 95% Wilson intervals, "
-    "outcome counts, mean actionable errors) of a records file. Stored scores are "
+    "outcome counts, mean significant errors where the error adjudication ran and mean "
+    "actionable errors, each with a 95% bootstrap interval over studies) of a records "
+    "file. Stored scores are "
     "used; a record stored without scores is scored from its stages."
 )
 

@@ -100,7 +100,8 @@
       card("Pairs", stat("n_pairs", S.n_pairs, num(S.n_pairs)), S.n_scored + " scored"),
       card("Failed pairs", stat("n_failed", S.n_failed, num(S.n_failed)), "judge error, not scored",
         S.n_failed ? "warn" : ""),
-      card("Mean actionable errors", stat("mean_actionable_errors", S.mean_actionable_errors,
+      significantCard(),
+      card("Mean actionable errors (RadMatch)", stat("mean_actionable_errors", S.mean_actionable_errors,
         num(S.mean_actionable_errors, 2)), S.mean_actionable_errors_ci ? ["per scored pair; 95% CI ",
           stat("mean_actionable_errors_ci", S.mean_actionable_errors_ci, num(S.mean_actionable_errors_ci[0], 2) +
             "\u2013" + num(S.mean_actionable_errors_ci[1], 2)),
@@ -124,6 +125,25 @@
       w.body.appendChild(el("ul", { class: "warnings" }, warnings.map(function (t) { return el("li", null, t); })));
       root.appendChild(w.node);
     }
+  }
+
+  /* The error adjudication's mean, the headline where it ran; not available otherwise. */
+  function significantCard() {
+    var states = S.adjudication || {};
+    var left = Object.keys(states).filter(function (k) { return k !== "current" && states[k]; })
+      .map(function (k) { return states[k] + " " + k; }).join(", ");
+    if (!S.n_adjudicated) {
+      return card("Mean significant errors", el("span", { class: "stat na", id: "mean-significant" }, "\u2014"),
+        "not available: no pair's error adjudication stands" + (left ? " (" + left + ")" : ""), "");
+    }
+    var interval = S.mean_significant_errors_ci;
+    return card("Mean significant errors", stat("mean_significant_errors", S.mean_significant_errors,
+      num(S.mean_significant_errors, 2)), [
+      "per pair, error adjudication; ",
+      interval ? ["95% CI ", stat("mean_significant_errors_ci", interval, num(interval[0], 2) + "\u2013" +
+        num(interval[1], 2)), "; "] : null,
+      "n ", stat("n_adjudicated", S.n_adjudicated, num(S.n_adjudicated)),
+      left ? " (not counted: " + left + ")" : ""], "key");
   }
 
   function judgeName(j) { return (j.backend || "?") + " / " + (j.model || "?"); }
@@ -336,6 +356,7 @@
   var COLUMNS = [
     { key: "id", label: "Pair", get: function (p) { return p.id; }, dir: 1 },
     { key: "study", label: "Study", get: function (p) { return p.study; }, dir: 1 },
+    { key: "se", label: "Significant errors", get: function (p) { return p.se; }, dir: -1, num: true },
     { key: "ae", label: "Actionable errors", get: function (p) { return p.ae; }, dir: -1, num: true }
   ];
   if (CMP) {
@@ -528,6 +549,7 @@
       promptVersions(d.judge.prompt_version),
       scoreLine(p), d.indication ? el("p", { class: "indication" }, el("b", null, "Indication: "), d.indication) : null,
       failureBox(p),
+      adjudicationBox(d),
       d.flags.length ? el("p", { class: "muted" }, "Flags: " + d.flags.join(", ")) : null);
 
     var fig = el("div", { class: "fig3" },
@@ -576,7 +598,9 @@
     if (!p.scored) return null;
     var o = p.outcomes, t = p.safety.triage;
     var parts = [
-      el("span", { class: "big" }, stat("pair.ae", p.ae, String(p.ae)), " actionable error" + (p.ae === 1 ? "" : "s")),
+      significantPart(p),
+      el("span", { class: "big" }, stat("pair.ae", p.ae, String(p.ae)), " actionable error" + (p.ae === 1 ? "" : "s") +
+        " (RadMatch)"),
       el("span", null, o.cor + " COR, " + o.par + " PAR"),
       el("span", null, o.inc + " INC, " + o.mis + " MIS, " + o.spu + " SPU"),
       el("span", null, "triage P " + pct(t.precision) + " / R " + pct(t.recall))
@@ -585,6 +609,36 @@
     var line = el("div", { class: "score-line" });
     parts.forEach(function (part, i) { if (i) line.appendChild(el("span", { class: "sep" }, "\u2022")); line.appendChild(part); });
     return line;
+  }
+
+  var ADJUDICATION_SAYS = {
+    stale: "stale: the units changed since it was answered (a later scoring contract)",
+    failed: "failed", invalid: "its stored answer is invalid", off: "not run"
+  };
+
+  /* The pair's significant errors, or why the adjudication gives none. */
+  function significantPart(p) {
+    if (p.adjudication === "current") {
+      return el("span", { class: "big", id: "pair-significant" }, stat("pair.se", p.se, String(p.se)),
+        " significant error" + (p.se === 1 ? "" : "s"));
+    }
+    return el("span", { class: "muted", id: "pair-significant", data: { state: p.adjudication } },
+      "significant errors: not available (adjudication " + (ADJUDICATION_SAYS[p.adjudication] || p.adjudication) + ")");
+  }
+
+  /* A stale, failed or invalid adjudication said so; and the errors it listed that no unit holds. */
+  function adjudicationBox(d) {
+    var a = d.adjudication;
+    if (!a) return null;
+    if (a.state === "stale" || a.state === "failed" || a.state === "invalid") {
+      return el("div", { class: "error-box", id: "adjudication", data: { state: a.state } },
+        el("b", null, "Error adjudication " + ADJUDICATION_SAYS[a.state] + ": "),
+        a.error ? a.error : "", " Significant errors are not available for this pair; its other scores stand.");
+    }
+    if (!a.unlisted.length) return null;
+    return el("div", { class: "unlisted", id: "adjudication", data: { state: a.state } },
+      el("div", { class: "lbl" }, "Significant errors that no unit holds (error adjudication)"),
+      el("ul", null, a.unlisted.map(function (t) { return el("li", null, t); })));
   }
 
   function outcomeClass(u) { return u ? (u.outcome ? u.outcome.toLowerCase() : "generic") : "none"; }
@@ -671,6 +725,9 @@
         el("header", null, el("span", { class: "idx-badge o-" + outcomeClass(u) }, String(u.index)), pill(u.outcome),
           el("span", { class: "tier" + (TRIAGE[u.tier] ? " triage" : "") }, u.tier + (TRIAGE[u.tier] ? " " + TRI : "")),
           el("span", { class: "kind" }, u.kind),
+          u.significant_errors === null || u.significant_errors === undefined ? null :
+            el("span", { class: "adjudicated", title: "The error adjudication's count for this unit, judged in context" },
+              u.significant_errors + " significant error" + (u.significant_errors === 1 ? "" : "s")),
           u.actionable ? el("span", { class: "actionable" }, "actionable error") :
             u.unaddressed_negative ? el("span", { class: "negative-note", title: "A negative the " +
               "reference does not address: spurious, but it contradicts nothing, so it is not an actionable error." },
@@ -679,6 +736,8 @@
           el("ul", null, u.gt_ids.map(function (id) { return findingLine(fById[id], u); }))) : null,
         u.pred_ids.length ? el("div", { class: "side" }, el("div", { class: "lbl" }, "Candidate"),
           el("ul", null, u.pred_ids.map(function (id) { return findingLine(fById[id], u); }))) : null,
+        u.adjudication_reasoning ? el("p", { class: "adjudication-reasoning" },
+          el("span", { class: "lbl" }, "Adjudication: "), u.adjudication_reasoning) : null,
         errs,
         rows.length ? el("div", { class: "rows" }, el("div", { class: "lbl" }, "Match rows"), el("ul", null, rows)) : null,
         u.repairs.length ? el("div", { class: "unit-repairs" }, el("div", { class: "lbl" }, "Repairs"),

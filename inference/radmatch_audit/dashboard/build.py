@@ -217,6 +217,9 @@ def pair_view(record: Record) -> dict[str, Any]:
         "failure": record.failure.model_dump(mode="json") if record.failure is not None else None,
         "scored": scores is not None,
         "ae": scores.actionable_errors if scores else None,
+        # the error adjudication's count (None unless it stands) and its state
+        "se": scores.significant_errors if scores else None,
+        "adjudication": scores.adjudication if scores else None,
         "outcomes": dict(scores.outcomes) if scores else None,
         "safety": (
             {tier: as_dict(ratio) for tier, ratio in scores.safety.items()}
@@ -235,6 +238,7 @@ def pair_view(record: Record) -> dict[str, Any]:
             "unquoted": unquoted,
             "units": units,
             "repairs": repairs,
+            "adjudication": adjudication_view(record, units),
             "flags": list(record.flags) + _bidi_flag(record),
             # prompt_version and exemplars_used stay stage -> value maps: the page lists them
             "judge": {
@@ -243,6 +247,27 @@ def pair_view(record: Record) -> dict[str, Any]:
             },
         },
     }
+    return view
+
+
+def adjudication_view(record: Record, units: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pair's error adjudication for the page: its state, its failure, the errors it
+    listed that no unit holds; each unit it answered gains its `adjudication_reasoning`.
+
+    The reasoning is shown only while the adjudication stands ("current"): a stale answer
+    was given about other units and is not attached to these."""
+    stage = record.stages.adjudication
+    state = record.scores.adjudication if record.scores else None
+    view: dict[str, Any] = {"state": state, "error": stage.error if stage else None, "unlisted": []}
+    if state != "current" or stage is None or stage.answer is None:
+        return view
+    number_of = {shown.key(): n for n, shown in enumerate(stage.units, 1)}
+    reasoning = {entry.unit: entry.reasoning for entry in stage.answer.units}
+    for unit in units:
+        key = (unit["outcome"], tuple(sorted(unit["gt_ids"])), tuple(sorted(unit["pred_ids"])))
+        if key in number_of:
+            unit["adjudication_reasoning"] = reasoning.get(number_of[key], "")
+    view["unlisted"] = [error.description for error in stage.answer.unlisted]
     return view
 
 
