@@ -1,27 +1,36 @@
-"""Which units scoring contract 3 (2026-12-02) moved, and by which of its four rules.
+"""Which units a change of the scoring contract moved, and by which named rule.
 
-    .venv/bin/python scripts/contract_changes.py                    # count, from the stored file
+    .venv/bin/python scripts/contract_changes.py                    # the stored file
+    .venv/bin/python scripts/contract_changes.py records.jsonl ...  # any records files
     .venv/bin/python scripts/contract_changes.py --write-old tests/data/records_bdb6a1e.jsonl.gz
 
-The records file `tests/data/records_bdb6a1e.jsonl.gz` (gzip: 1.7 MB of JSONL) holds the repository's records (the
-test and demo corpora, the worked example, and records made from the few-shot match
-and grade exemplars) as the code at commit bdb6a1e, before the change, built and
-scored them. This script recomputes each with the current code, as `radmatch-audit
-recompute` does, compares every unit with its stored version and names the rule that
-explains each difference (docs/scoring.md, "Contract changes"):
+The records file `tests/data/records_bdb6a1e.jsonl.gz` (gzip: 1.7 MB of JSONL) holds the
+repository's records (the test and demo corpora, the worked example, records made from the
+few-shot match and grade exemplars, and boundary probes) as the code at commit bdb6a1e,
+before contract 3, built and scored them. This script recomputes each record of that file
+(and of any records file named on the command line) with the current code, as
+`radmatch-audit recompute` does, compares every unit with its stored version and names the
+rule of `RULES` that explains each difference (docs/scoring.md, "Contract changes"):
 
+contract 3 (2026-12-02)
 1. an SPU unit whose findings are all normal is no longer actionable;
 2. `position` values (device tip-to-landmark distances) are never a major error;
 3. an omitted reference value is major only when it carries a quantity;
 4. each clinical threshold has a side (>= or >), which the reasoning names.
+contract 4 (2026-12-05)
+5. an actionable INC unit counts once per distinct status-inverted finding.
 
-A difference no rule explains is printed and the exit status is 1.
-`tests/test_contract3.py` runs the same check.
+Each rule is a predicate on one changed unit. A difference that no rule explains is
+printed and the exit status is 1; `tests/test_contract3.py` runs the same check. The
+stored file was written at schema version 2: reading it migrates it (each unit's
+`actionable_errors` becomes 1 when it is actionable, as under the contract that scored it)
+and every difference is explained again, so rules 1-4 count what they counted when
+contract 3 was made.
 
-Records written before the change cannot hold `position` (the category did not
-exist), so rule 2 moves none of them. Its effect is measured on the current few-shot
-exemplars instead: each is scored as is and with its `position` values labelled
-`other`, the category tip distances had before.
+Records written before contract 3 cannot hold `position` (the category did not exist),
+so rule 2 moves none of them. Its effect is measured on the current few-shot exemplars
+instead: each is scored as is and with its `position` values labelled `other`, the
+category tip distances had before.
 
 `--write-old` rebuilds the stored file: it takes the package, tests and exemplars of
 `--rev` from git (`git archive`, the working tree is not touched) into a temporary
@@ -39,19 +48,16 @@ import sys
 import tarfile
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
 from io import BytesIO, StringIO
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RECORDS = REPO / "tests" / "data" / "records_bdb6a1e.jsonl.gz"
 DEFAULT_REV = "bdb6a1e"
-RULES = {
-    1: "SPU of normal findings not actionable",
-    2: "position never major",
-    3: "omitted value minor without a quantity",
-    4: "threshold side (>= or >)",
-}
 
 
 # --------------------------------------------------------------------------- the records
@@ -142,10 +148,11 @@ def repository_records(fewshots: Path = REPO / "fewshots") -> list[Any]:
 
     import dashboard_fixtures as fx
     from builders import fig3_record
+
     from radmatch_audit.testing.synthetic import PROFILES
 
     records = [fig3_record(), *fx.demo_records(), *fx.synthetic_corpus(60, seed=3)]
-    for profile, make in PROFILES.items():
+    for make in PROFILES.values():
         rnd = random.Random(0)
         records += [make(rnd, i) for i in range(40)]
     records += _fewshot_records(fewshots)
@@ -193,7 +200,7 @@ def probe_records() -> list[Any]:
                 category = "ratio"
             for value, unit, step in forms:
                 for other in (value - step, value + step):
-                    def v(x: float) -> dict:
+                    def v(x: float, unit=unit, category=category, quantity=quantity) -> dict:
                         return {"value": round(x, 6), "unit": unit, "category": category,
                                 "quantity": quantity}
                     out.append(pair(
@@ -253,11 +260,89 @@ def write_old(path: Path, rev: str) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- explaining changes
+# --------------------------------------------------------------------------- the rules
 
 
 class Unexplained(Exception):
-    """A difference between the old and the new scores that no contract-3 rule explains."""
+    """A difference between the stored and the recomputed scores that no rule explains."""
+
+
+@dataclass
+class Change:
+    """One unit as stored (`old`) and as the current code scores it (`new`)."""
+
+    old: Any
+    new: Any
+    gt: dict[str, Any]
+    pred: dict[str, Any]
+
+    @cached_property
+    def error_rules(self) -> set[int]:
+        """The rules that explain how the unit's errors changed; raises Unexplained."""
+        if self.old.errors == self.new.errors:
+            return set()
+        return _explain_errors(self.old, self.new, self.gt, self.pred)
+
+
+def unaddressed_negative(c: Change) -> bool:
+    """Rule 1: the same SPU unit, of normal findings only, is no longer actionable."""
+    return (
+        c.old.outcome == c.new.outcome == "SPU" and c.old.actionable and not c.new.actionable
+        and all(c.pred[i].clinical_status == "normal" for i in c.new.pred_ids)
+    )
+
+
+def inverted_findings(unit: Any) -> int:
+    """Distinct findings of one side or the other over the unit's status errors (the larger)."""
+    status = [e for e in unit.errors if e.dimension == "status"]
+    return max(len({e.pred_id for e in status}), len({e.gt_id for e in status}))
+
+
+def extra_count(unit: Any) -> int:
+    """What a unit adds to `actionable_errors` beyond its actionable flag (0 before contract 4)."""
+    return unit.actionable_errors - int(unit.actionable)
+
+
+def each_inverted_finding(c: Change) -> bool:
+    """Rule 5: an actionable unit that counted once now counts each inverted finding."""
+    return (
+        extra_count(c.old) == 0 and c.new.actionable
+        and c.new.actionable_errors == inverted_findings(c.new) > 1
+    )
+
+
+def outcome_or_flag_moved(old: Any, new: Any) -> bool:
+    return (old.outcome, old.actionable) != (new.outcome, new.actionable)
+
+
+def count_moved(old: Any, new: Any) -> bool:
+    return extra_count(old) != extra_count(new)
+
+
+@dataclass(frozen=True)
+class Rule:
+    number: int
+    contract: str  # the dated entry of docs/scoring.md "Contract changes" that made it
+    name: str
+    explains: Callable[[Change], bool]
+    moved: Callable[[Any, Any], bool] = outcome_or_flag_moved  # what it can move in a unit
+
+
+RULES = (
+    Rule(1, "2026-12-02", "SPU of normal findings not actionable", unaddressed_negative),
+    Rule(2, "2026-12-02", "position never major", lambda c: 2 in c.error_rules),
+    Rule(3, "2026-12-02", "omitted value minor without a quantity", lambda c: 3 in c.error_rules),
+    Rule(4, "2026-12-02", "threshold side (>= or >)", lambda c: 4 in c.error_rules),
+    Rule(5, "2026-12-05", "INC counts each inverted finding", each_inverted_finding, count_moved),
+)
+BY_NUMBER = {rule.number: rule for rule in RULES}
+
+
+def outcome_or_count_moved(old: Any, new: Any) -> bool:
+    return outcome_or_flag_moved(old, new) or count_moved(old, new)
+
+
+# --------------------------------------------------------------------------- explaining changes
 
 
 def _key(unit: Any) -> tuple:
@@ -304,29 +389,43 @@ def _measurements(ids: list[str], findings: dict[str, Any]) -> list[Any]:
     return [m for i in ids for m in findings[i].measurements if not m.prior]
 
 
-def explain_unit(old: Any, new: Any, gt: dict[str, Any], pred: dict[str, Any]) -> set[int]:
-    """The rules that explain how `new` differs from `old` (empty when they are equal)."""
+def explain_unit(
+    old: Any, new: Any, gt: dict[str, Any], pred: dict[str, Any], stale: bool = False
+) -> set[int]:
+    """The rules that explain how `new` differs from `old` (empty when they are equal).
+
+    Raises Unexplained when a part of the difference is left that no rule explains.
+    `stale`: the pair's adjudication went stale, which empties each unit's count."""
     if old == new:
         return set()
     if (old.rows, old.tier) != (new.rows, new.tier):
         raise Unexplained(f"unit {_key(new)}: rows or tier changed")
-    rules: set[int] = set()
-    if old.errors != new.errors:
-        rules |= _explain_errors(old, new, gt, pred)
-    elif old.outcome != new.outcome:
-        raise Unexplained(f"unit {_key(new)}: outcome changed with the same errors")
-    if old.actionable != new.actionable and old.outcome == new.outcome:
-        # rule 1: the same SPU unit of normal findings, no longer counted
-        negative = new.outcome == "SPU" and all(
-            pred[i].clinical_status == "normal" for i in new.pred_ids
-        )
-        if not (negative and old.actionable and not new.actionable):
-            raise Unexplained(f"unit {_key(new)}: actionable changed with the same outcome")
-        rules.add(1)
+    change = Change(old, new, gt, pred)
+    rules = {rule.number for rule in RULES if rule.explains(change)}
+    left = _left_unexplained(change, rules, stale)
+    if left:
+        raise Unexplained(f"unit {_key(new)}: {left}")
     return rules
 
 
+def _left_unexplained(c: Change, rules: set[int], stale: bool) -> str | None:
+    """The first part of a unit's change that the rules found do not cover, or None."""
+    old, new = c.old, c.new
+    if old.errors != new.errors and not c.error_rules:
+        return "its errors changed"
+    if old.errors == new.errors and old.outcome != new.outcome:
+        return "outcome changed with the same errors"
+    if old.outcome == new.outcome and old.actionable != new.actionable and 1 not in rules:
+        return "actionable changed with the same outcome"
+    if extra_count(old) != extra_count(new) and 5 not in rules:
+        return f"actionable_errors {old.actionable_errors} -> {new.actionable_errors}"
+    if old.significant_errors != new.significant_errors and not (stale and new.significant_errors is None):
+        return "significant_errors changed while the adjudication stands"
+    return None
+
+
 def _explain_errors(old: Any, new: Any, gt: dict[str, Any], pred: dict[str, Any]) -> set[int]:
+    """The rules (2, 3, 4) that turn the old measurement errors into the new ones."""
     def pooled(unit: Any) -> list[Any]:
         return [e for e in unit.errors if e.source == "deterministic" and e.dimension == "measurement"]
 
@@ -338,18 +437,20 @@ def _explain_errors(old: Any, new: Any, gt: dict[str, Any], pred: dict[str, Any]
     old_left = Counter((e.severity, _sided(e.reasoning)) for e in pooled(old))
     new_left = Counter((e.severity, e.reasoning) for e in pooled(new))
     rules: set[int] = set()
-    if any(" crosses " in e.reasoning for e in pooled(old)):
-        if old_left != Counter((e.severity, e.reasoning) for e in pooled(old)):
-            rules.add(4)  # the same crossing, its text now naming the side
+    crossings = any(" crosses " in e.reasoning for e in pooled(old))
+    if crossings and old_left != Counter((e.severity, e.reasoning) for e in pooled(old)):
+        rules.add(4)  # the same crossing, its text now naming the side
     gone, came = old_left - new_left, new_left - old_left
     reference = _measurements(new.gt_ids, gt)
     # rule 3: an omitted value without a quantity turns minor; one with a quantity names it
     for (severity, text), n in list(gone.items()):
-        if severity == "major" and text.endswith(" omitted") and came[("minor", text)] >= n:
-            if any(m.quantity is None for m in reference):
-                came[("minor", text)] -= n
-                del gone[(severity, text)]
-                rules.add(3)
+        if (
+            severity == "major" and text.endswith(" omitted") and came[("minor", text)] >= n
+            and any(m.quantity is None for m in reference)
+        ):
+            came[("minor", text)] -= n
+            del gone[(severity, text)]
+            rules.add(3)
     came += Counter()  # drop zero counts
     for (severity, text), n in list(gone.items()):
         named = [k for k in came if k[0] == severity and k[1].startswith(text + ": ")]
@@ -359,14 +460,20 @@ def _explain_errors(old: Any, new: Any, gt: dict[str, Any], pred: dict[str, Any]
             rules.add(3)
     came += Counter()
     if gone or came:
-        # rule 4: a value exactly at a threshold changed sides (and may pair otherwise)
-        if not _at_a_threshold(reference, _measurements(new.pred_ids, pred)):
+        candidate = _measurements(new.pred_ids, pred)
+        if any(m.category == "position" for m in reference + candidate):
+            rules.add(2)  # a tip distance, compared as `position` now (never major)
+        elif _at_a_threshold(reference, candidate):
+            rules.add(4)  # a value exactly at a threshold changed sides (and may pair otherwise)
+        else:
             raise Unexplained(
                 f"unit {_key(new)}: measurement errors changed: "
                 f"{sorted(gone.elements())} -> {sorted(came.elements())}"
             )
-        rules.add(4)
     return rules
+
+
+STALE = "adjudication is stale"  # the start of the repair line a stale adjudication adds
 
 
 def explain_record(old: Any, new: Any) -> dict[tuple, set[int]]:
@@ -375,7 +482,8 @@ def explain_record(old: Any, new: Any) -> dict[tuple, set[int]]:
         raise Unexplained(f"pair {old.pair_id!r}: scored in one version only")
     if old.scores is None:
         return {}
-    if old.repairs != new.repairs:
+    stale = old.scores.adjudication == "current" and new.scores.adjudication == "stale"
+    if old.repairs != [r for r in new.repairs if not (stale and r.startswith(STALE))]:
         raise Unexplained(f"pair {old.pair_id!r}: repairs changed")
     old_units, new_units = old.scores.units, new.scores.units
     if [_key(u) for u in old_units] != [_key(u) for u in new_units]:
@@ -385,7 +493,7 @@ def explain_record(old: Any, new: Any) -> dict[tuple, set[int]]:
     changed = {}
     for a, b in zip(old_units, new_units):
         try:
-            rules = explain_unit(a, b, gt, pred)
+            rules = explain_unit(a, b, gt, pred, stale)
         except Unexplained as exc:
             raise Unexplained(f"pair {old.pair_id!r}: {exc}") from None
         if rules:
@@ -409,8 +517,8 @@ def jsonl_lines(text: str) -> list[str]:
 def recompute_file(path: Path) -> tuple[list[Any], list[Any]]:
     """(the records as stored, the same records after `radmatch-audit recompute`)."""
     from radmatch_audit.corpus import CorpusSummary
-    from radmatch_audit.record_io import parse_record
     from radmatch_audit.recompute import recompute_lines
+    from radmatch_audit.record_io import parse_record
 
     lines = jsonl_lines(read_text(path))
     out = StringIO()
@@ -422,10 +530,20 @@ def recompute_file(path: Path) -> tuple[list[Any], list[Any]]:
     ]
 
 
-def count_changes(old: list[Any], new: list[Any]) -> tuple[Counter, Counter, list[str]]:
-    """(units changed per rule, units whose outcome or actionable flag changed per rule,
-    the unexplained differences)."""
-    changed, moved, problems = Counter(), Counter(), []
+@dataclass
+class Tally:
+    """What one rule (or, under number 0, all of them) moved in a records file."""
+
+    units: int = 0  # units it explains a change of
+    moved: int = 0  # of those, units whose outcome or actionable flag (rule 5: count) moved
+    delta: int = 0  # the change in actionable_errors, summed over those units
+    pairs: set = field(default_factory=set)  # pairs whose actionable_errors those units moved
+
+
+def tally(old: list[Any], new: list[Any]) -> tuple[dict[int, Tally], list[str]]:
+    """(rule number -> Tally, 0 -> all rules together; the unexplained differences)."""
+    tallies = {rule.number: Tally() for rule in RULES} | {0: Tally()}
+    problems = []
     for a, b in zip(old, new):
         try:
             explained = explain_record(a, b)
@@ -434,15 +552,34 @@ def count_changes(old: list[Any], new: list[Any]) -> tuple[Counter, Counter, lis
             continue
         before = {_key(u): u for u in a.scores.units} if a.scores else {}
         after = {_key(u): u for u in b.scores.units} if b.scores else {}
+        deltas: dict[int, int] = Counter()
         for key, rules in explained.items():
-            score_moved = (before[key].outcome, before[key].actionable) != (
-                after[key].outcome,
-                after[key].actionable,
-            )
-            for rule in rules:
-                changed[rule] += 1
-                moved[rule] += score_moved
-    return changed, moved, problems
+            x, y = before[key], after[key]
+            for number in (*rules, 0):  # a unit several rules explain counts under each
+                moved = BY_NUMBER[number].moved if number else outcome_or_count_moved
+                tallies[number].units += 1
+                tallies[number].moved += moved(x, y)
+                tallies[number].delta += y.actionable_errors - x.actionable_errors
+                deltas[number] += y.actionable_errors - x.actionable_errors
+        for number, delta in deltas.items():
+            if delta:
+                tallies[number].pairs.add(a.pair_id)
+    return tallies, problems
+
+
+def print_table(title: str, old: list[Any], tallies: dict[int, Tally]) -> None:
+    """One line per rule; its mean is the file's mean actionable errors with only its units moved."""
+    scored = [r.scores.actionable_errors for r in old if r.scores is not None]
+    units = sum(len(r.scores.units) for r in old if r.scores)
+    n = max(len(scored), 1)
+    before = sum(scored) / n
+    print(f"{title}: {len(old)} records ({len(scored)} scored, {units} units)")
+    print(f"  {'rule':<42} {'contract':<10} {'units changed':>13} {'outcome/actionable moved':>24} "
+          f"{'pairs moved':>11}  mean actionable errors")
+    rows = [(f"{r.number} {r.name}", r.contract, tallies[r.number]) for r in RULES]
+    for name, contract, t in rows + [("all rules", "", tallies[0])]:
+        print(f"  {name:<42} {contract:<10} {t.units:>13} {t.moved:>24} {len(t.pairs):>11}  "
+              f"{before:.3f} -> {before + t.delta / n:.3f}")
 
 
 def position_changes(fewshots: Path = REPO / "fewshots") -> tuple[int, int, int]:
@@ -470,9 +607,9 @@ def position_changes(fewshots: Path = REPO / "fewshots") -> tuple[int, int, int]
     return with_positions, units, outcomes
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("records", nargs="?", type=Path, default=DEFAULT_RECORDS)
+    parser.add_argument("records", nargs="*", type=Path, default=[DEFAULT_RECORDS])
     parser.add_argument("--write-old", type=Path, metavar="PATH", help="rebuild the old records")
     parser.add_argument("--rev", default=DEFAULT_REV, help="the commit before the change")
     parser.add_argument("--emit", action="store_true", help=argparse.SUPPRESS)
@@ -484,18 +621,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.write_old:
         return write_old(args.write_old, args.rev)
     sys.path.insert(0, str(REPO / "tests"))
-    old, new = recompute_file(args.records)
     problems: list[str] = []
-    for title, probes in (("repository records", False), ("boundary probes (probe-*)", True)):
-        chosen = [(a, b) for a, b in zip(old, new) if a.pair_id.startswith("probe-") is probes]
-        changed, moved, unexplained = count_changes([a for a, _ in chosen], [b for _, b in chosen])
-        problems += unexplained
-        scored = sum(a.scores is not None for a, _ in chosen)
-        units = sum(len(a.scores.units) for a, _ in chosen if a.scores)
-        print(f"{args.records.name}, {title}: {len(chosen)} records ({scored} scored, {units} units)")
-        print(f"  {'rule':<46} {'units changed':>14} {'outcome/actionable moved':>25}")
-        for rule, name in RULES.items():
-            print(f"  {rule} {name:<44} {changed[rule]:>14} {moved[rule]:>25}")
+    for path in args.records:
+        old, new = recompute_file(path)
+        for title, probes in (("", False), (", boundary probes (probe-*)", True)):
+            chosen = [(a, b) for a, b in zip(old, new) if a.pair_id.startswith("probe-") is probes]
+            if probes and not chosen:
+                continue
+            tallies, unexplained = tally([a for a, _ in chosen], [b for _, b in chosen])
+            problems += unexplained
+            print_table(path.name + title, [a for a, _ in chosen], tallies)
     with_positions, position_units, position_moved = position_changes()
     print(
         f"rule 2 on the current exemplars: {with_positions} records with position values; "

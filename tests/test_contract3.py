@@ -6,7 +6,8 @@
 4. Each clinical threshold has a side, >= or > (4, step 6).
 
 And records written before the change (commit bdb6a1e) recompute to scores that differ
-only where one of these rules applies (scripts/contract_changes.py explains each unit).
+only where one of these rules, or contract 4's (2026-12-05: an actionable INC unit counts
+each inverted finding), applies: scripts/contract_changes.py explains each unit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import gzip
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,7 @@ def load_script():
         "contract_changes", REPO / "scripts" / "contract_changes.py"
     )
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -303,14 +306,38 @@ def recomputed(tmp_path_factory):
     return script, old, new
 
 
-def test_old_records_change_only_where_a_contract_3_rule_applies(recomputed):
+def test_old_records_change_only_where_a_rule_applies(recomputed):
     script, old, new = recomputed
     assert len(old) == len(new) > 250 and [r.pair_id for r in old] == [r.pair_id for r in new]
-    changed, moved, problems = script.count_changes(old, new)
+    tallies, problems = script.tally(old, new)
     assert problems == []
     # the file holds cases of rules 1, 3 and 4 (records before the change hold no position)
-    assert changed[1] > 0 and changed[3] > 0 and changed[4] > 0 and changed[2] == 0
-    assert moved[1] == changed[1]  # rule 1 always moves the actionable flag
+    assert tallies[1].units > 0 and tallies[3].units > 0 and tallies[4].units > 0
+    assert tallies[2].units == 0
+    assert tallies[1].moved == tallies[1].units  # rule 1 always moves the actionable flag
+    # contract 4: some stored INC units hold two inverted findings, and count them now
+    assert tallies[5].units == tallies[5].moved == len(tallies[5].pairs) > 0
+    assert tallies[5].delta >= tallies[5].units
+
+
+def test_a_count_no_rule_explains_fails_the_check(recomputed):
+    """A unit whose actionable_errors moved with no inverted finding to explain it fails,
+    even in a pair whose other units a rule explains."""
+    script, old, new = recomputed
+    tampered = 0
+    for a, b in zip(old, new):
+        changed = script.explain_record(a, b) if b.scores else {}
+        still = [u for u in b.scores.units if script._key(u) not in changed and u.actionable] if b.scores else []
+        if not changed or not still:
+            continue
+        still[0].actionable_errors += 1
+        b.scores.actionable_errors += 1
+        with pytest.raises(script.Unexplained, match="actionable_errors"):
+            script.explain_record(a, b)
+        tampered += 1
+        if tampered == 3:
+            break
+    assert tampered == 3
 
 
 def test_the_check_fails_on_a_change_no_rule_explains(recomputed):
@@ -349,6 +376,56 @@ def test_boundary_probes_move_as_each_rule_says(recomputed):
     assert actionable("threshold-solid_nodule_diameter-6-mm-5.5") == (0, 1)
     assert actionable("threshold-solid_nodule_diameter-6-mm-6.5") == (1, 0)
     assert actionable("threshold-cardiothoracic_ratio-0.5-%-49") == (0, 0)  # > 0.50 as before
+
+
+def version_3_line(rec, pair_id: str) -> str:
+    """`rec` as a version-3 records line: scored before contract 4, one error per actionable unit."""
+    data = json.loads(rec.to_json())
+    data["schema_version"], data["pair_id"] = 3, pair_id
+    scores = data["scores"]
+    for unit in scores["units"]:
+        del unit["actionable_errors"], unit["significant_errors"]
+    for key in ("significant_errors", "adjudication", "unlisted_errors"):
+        del scores[key]
+    scores["actionable_errors"] = sum(u["actionable"] for u in scores["units"])
+    return json.dumps(data) + "\n"
+
+
+def umbrella(second_status: str = "abnormal"):
+    """"Lungs are clear." (normal) matched to two candidate consolidations."""
+    gt = [f("gt_1", status="normal", sig="urgent")]
+    pred = [f("p_1", sig="urgent"), f("p_2", status=second_status, sig="urgent")]
+    return record("umbrella", gt, pred, matching([row("p_1", "gt_1"), row("p_2", "gt_1")]))
+
+
+def test_rule_5_explains_a_version_3_record_that_contract_4_moves(tmp_path, capsys):
+    script = load_script()
+    path = tmp_path / "v3.jsonl"
+    path.write_text(version_3_line(score_record(umbrella()), "two-inverted")
+                    + version_3_line(score_record(umbrella("normal")), "one-inverted"), "utf-8")
+    old, new = script.recompute_file(path)
+    tallies, problems = script.tally(old, new)
+    assert problems == []
+    assert (tallies[5].units, tallies[5].moved, tallies[5].pairs, tallies[5].delta) == (1, 1, {"two-inverted"}, 1)
+    assert all(tallies[rule].units == 0 for rule in (1, 2, 3, 4))
+    assert script.main([str(path)]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"5 INC counts each inverted finding +2026-12-05 +1 +1 +1 +1\.000 -> 1\.500", table)
+
+
+def test_the_script_exits_1_naming_a_pair_whose_change_no_rule_explains(tmp_path, capsys):
+    script = load_script()
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text(version_3_line(score_record(umbrella()), "two-inverted"), "utf-8")
+    data = json.loads(version_3_line(score_record(umbrella("normal")), "counted-twice"))
+    data["scores"]["units"][0]["actionable_errors"] = 2  # one inverted finding, counted twice
+    data["scores"]["actionable_errors"] = 2
+    bad.write_text(json.dumps(data) + "\n", "utf-8")
+    assert script.main([str(good), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "good.jsonl:" in out and "bad.jsonl:" in out
+    (line,) = [x for x in out.splitlines() if x.startswith("UNEXPLAINED:")]
+    assert "'counted-twice'" in line and "actionable_errors 2 -> 1" in line
 
 
 # --------------------------------------------------------------------------- what users see
