@@ -159,21 +159,21 @@ def test_record_round_trip_keeps_the_contract_keys():
 def test_old_schema_versions_go_through_the_migration_list(monkeypatch):
     import radmatch_audit.records as records
 
-    def v2_to_v3(data):
+    def v3_to_v4(data):
         data = dict(data)
-        data["flags"] = data.get("flags", []) + ["migrated from v2"]
+        data["flags"] = data.get("flags", []) + ["migrated from v3"]
         return data
 
-    monkeypatch.setattr(records, "SCHEMA_VERSION", 3)
-    monkeypatch.setitem(records.MIGRATIONS, 2, v2_to_v3)
+    monkeypatch.setitem(records.MIGRATIONS, 3, v3_to_v4)
     data = json.loads(fig3_record().to_json())
     data["schema_version"] = 1
     data["judge"]["prompt_version"] = "v1-0123456789ab"  # version 1 documented one string
     rec = parse_record(json.dumps(data))
-    assert rec.schema_version == 3 and rec.flags == ["migrated from v2"]
-    assert rec.judge.prompt_version == {stage: "v1-0123456789ab" for stage in STAGES}
+    assert rec.schema_version == 4 and rec.flags == ["migrated from v3"]
+    # version 1 knew three stages; the adjudication came with version 4
+    assert rec.judge.prompt_version == {stage: "v1-0123456789ab" for stage in ("extract", "match", "grade")}
     data["schema_version"] = 0
-    with pytest.raises(records.UnknownSchemaVersion, match="reads versions 1 to 3"):
+    with pytest.raises(records.UnknownSchemaVersion, match="reads versions 1 to 4"):
         parse_record(json.dumps(data))
 
 
