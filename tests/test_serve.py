@@ -54,6 +54,7 @@ STUB_SERVER = textwrap.dedent(
     template_defaults = json.loads(opt("--default-chat-template-kwargs", "{}"))
     key = os.environ.get("VLLM_API_KEY")
     answer = os.environ.get("STUB_ANSWER", '{"ready": true}')
+    answer_model = os.environ.get("STUB_ANSWER_MODEL", model)  # the name its answers give
     extraction = os.environ.get("STUB_EXTRACTION", json.dumps({"findings": [{
         "text": "Mild cardiomegaly.", "clinical_status": "abnormal",
         "clinical_significance": "notable", "evidence": ["The heart is mildly enlarged."]}]}))
@@ -114,7 +115,7 @@ STUB_SERVER = textwrap.dedent(
                 content, finish = "{", "length"  # a one-token answer
                 if schema.get("title") == "ExtractionAnswer" and body["max_tokens"] > 1:
                     content, finish = extraction, "stop"
-            self.reply(200, {"model": model, "choices": [
+            self.reply(200, {"model": answer_model, "choices": [
                 {"message": {"role": "assistant", "content": content}, "finish_reason": finish}
             ]})
 
@@ -925,7 +926,7 @@ def stub(stub_vllm):
 
 def check(
     url: str, *args: str, key: str | None = None, python: tuple[str, ...] = (sys.executable,),
-    **extra_env: str,
+    timeout: float = 60, **extra_env: str,
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RADMATCH_")}
     env.update(extra_env)
@@ -937,7 +938,7 @@ def check(
         check=False,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
     )
 
 
@@ -1099,6 +1100,168 @@ def test_check_says_when_it_cannot_import_the_answer_models(stub):
     assert "cannot import RadMatch's answer models" in required.stderr
     off = check(url, "--answer-schemas", "off")
     assert "not asked (--answer-schemas off)" in off.stdout
+
+
+# ---- deadlines and odd answers: the check always ends, with one clean line ----------
+
+
+@contextlib.contextmanager
+def loopback_server(handle):
+    """An HTTP server on 127.0.0.1 whose every GET and POST is `handle(handler)`; its
+    threads are daemons, so a handler still trickling never outlives the test."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            handle(self)
+
+        do_POST = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.block_on_close = False
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def answer(handler, status: int, body: object) -> None:
+    if handler.command == "POST":
+        handler.rfile.read(int(handler.headers["Content-Length"]))
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def trickle(handler) -> None:
+    """A 200 answer sent one byte every half second, for up to a minute."""
+    response = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
+    with contextlib.suppress(OSError):
+        for byte in response[:120]:
+            handler.wfile.write(bytes([byte]))
+            time.sleep(0.5)
+
+
+def timed_check(url: str, *args: str, limit: float = 20) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    try:
+        result = check(url, *args, timeout=limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"check_judge.py {' '.join(args)} still running after {limit:g} s")
+    return result, time.monotonic() - started
+
+
+def test_a_trickling_health_answer_ends_at_the_deadline_as_server_down():
+    with loopback_server(trickle) as url:
+        result, took = timed_check(url, "--wait", "2", "--timeout", "3")
+    assert result.returncode == 3, result.stderr
+    assert took < 12  # one whole /health request of 3 s, past the 2 s wait
+    assert result.stderr.startswith("not ready: server down:")
+    assert "no whole answer within 3 s" in result.stderr
+
+
+def test_a_trickling_chat_answer_ends_at_the_deadline_with_exit_7():
+    def handle(handler):
+        if handler.path == "/health":
+            answer(handler, 200, {})
+        else:
+            trickle(handler)
+
+    with loopback_server(handle) as url:
+        result, took = timed_check(url, "--wait", "2", "--timeout", "3", "--answer-schemas", "off")
+    assert result.returncode == 7, result.stderr
+    assert took < 12
+    assert "no whole answer to the test schema within 3 s" in result.stderr
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e"  # clear screen, set title, CSI, bidi
+
+
+@pytest.mark.parametrize(
+    ("chat", "models", "code", "words"),
+    [
+        ((404, {}), {"data": ["x"]}, 5, "served: unknown"),
+        ((404, {}), ["x"], 5, "served: unknown"),
+        ((404, {}), {"data": [{"id": "judge" + ESCAPES}]}, 5, "served: judge\\x1b[2J"),
+        ((500, {"error": {"message": "boom" + ESCAPES + "\nsecond line"}}), {}, 7,
+         "boom\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202e\\nsecond line"),
+        ((500, {"error": ["a", "list"]}), {}, 7, "HTTP 500"),
+        ((200, {"choices": "none"}), {}, 7, "not an OpenAI chat completion"),
+    ],
+    ids=["models-data-strings", "models-a-list", "model-name-escapes", "error-escapes",
+         "error-a-list", "choices-a-string"],
+)
+def test_odd_answers_end_in_one_clean_line(chat, models, code, words):
+    def handle(handler):
+        if handler.path == "/health":
+            answer(handler, 200, {})
+        elif handler.path == "/v1/models":
+            answer(handler, 200, models)
+        else:
+            answer(handler, *chat)
+
+    with loopback_server(handle) as url:
+        result, _ = timed_check(url, "--answer-schemas", "off")
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("not ready: ") and result.stderr.count("\n") == 1
+    assert words in result.stderr
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", result.stdout + result.stderr)
+
+
+def test_a_server_that_does_not_speak_http_is_a_protocol_error():
+    def handle(handler):
+        handler.wfile.write(b"SSH-2.0-OpenSSH_9.6" + ESCAPES.encode() + b"\r\n")
+
+    with loopback_server(handle) as url:
+        result, _ = timed_check(url, "--answer-schemas", "off", "--wait", "1")
+    assert result.returncode == 3  # /health never answered in HTTP: not a judge server
+    assert "not an HTTP answer" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_model_name_with_escapes_is_printed_and_logged_inert(tmp_path, env, stub_vllm):
+    log_file = tmp_path / "judge.log"
+    env["STUB_ANSWER_MODEL"] = "radmatch-judge" + ESCAPES
+    with started_judge(tmp_path, env, stub_vllm, "--log-file", str(log_file)) as lines:
+        ready = [ln for ln in lines if ln.startswith("ready: ")]
+        assert ready and ready[0].startswith("ready: radmatch-judge\\x1b[2J\\x1b]0;owned")
+    log = log_file.read_text()
+    assert "ready: radmatch-judge\\x1b[2J" in log
+    assert not re.search("[\x1b\x07\x9b\u202e]", log + "".join(lines))
+
+
+def test_check_help_lists_its_exit_codes_and_where_the_key_comes_from():
+    result = subprocess.run([sys.executable, str(CHECK), "--help"], capture_output=True,
+                            text=True, check=False, timeout=30)
+    assert result.returncode == 0
+    out = " ".join(result.stdout.split())
+    codes = out.split("exit codes:")[1]
+    for code, words in [("0", "ready"), ("2", "usage"), ("3", "server down"),
+                        ("4", "the API key was refused"), ("5", "the model name is not served"),
+                        ("6", "the answer is not valid JSON"),
+                        ("7", "any other HTTP or protocol error"),
+                        ("8", "the server's grammar compile limit")]:
+        assert f" {code} {words}" in f" {codes}", code
+    key_help = out.rsplit("--api-key-file FILE", 1)[1].split("--wait")[0]
+    assert "read the API key from this file" in key_help
+    assert "the key itself is taken from the RADMATCH_API_KEY environment variable" in key_help
+
+
+def test_a_bad_url_is_a_usage_error():
+    result = check("http://127.0.0.1:port")
+    assert result.returncode == 2
+    assert result.stderr.startswith("not ready: --url http://127.0.0.1:port:")
+    assert "Traceback" not in result.stderr
 
 
 # ---- proxies: the check talks to its server directly -----------------------------
