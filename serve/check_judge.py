@@ -23,21 +23,29 @@ printed. The check talks to the server directly: proxy variables (http_proxy, ..
 are ignored, so the key never reaches a proxy, and a redirect is an error, not
 followed.
 
+Each request has one deadline for the whole answer (--timeout; --answer-timeout for
+RadMatch's schemas and the real extraction), however slowly the server sends it. What
+the server says (error texts, model names) is printed with control characters escaped.
+
 Exit codes: 0 ready; 2 usage; 3 server down (no /health); 4 key refused (401/403);
 5 the model name is not served; 6 the answer is not valid JSON for the schema (or,
 for the real extraction, not valid for RadMatch's answer model); 7 any other HTTP or
-protocol error; 8 the server's grammar compile limit was reached (HTTP 400).
+protocol error, or no whole answer within the deadline; 8 the server's grammar compile
+limit was reached (HTTP 400). ``--help`` lists them too.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
+import re
+import socket
 import sys
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from pathlib import Path
 
 READY, USAGE, DOWN, AUTH, NO_MODEL, BAD_ANSWER, OTHER, COMPILE_LIMIT = 0, 2, 3, 4, 5, 6, 7, 8
@@ -60,37 +68,74 @@ class CheckFailed(Exception):
         self.reason = reason
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A 3xx is answered as it is (an error), never followed with the key to elsewhere."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
+# C0 and C1 controls (escape sequences, newlines) and the bidirectional marks: a server's
+# words (an error text, a model name) are shown with these escaped, one line, inert.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-# No ProxyHandler entries: http_proxy/https_proxy/all_proxy are not consulted.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+def printable(text: str) -> str:
+    """`text` with every control character written as an escape such as \\x1b."""
+    return _CONTROLS.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
-def _base_url(url: str) -> str:
-    url = url.rstrip("/")
-    return url.removesuffix("/v1")
+class NotHTTP(OSError):
+    """Something answered, but not in HTTP: up to the caller whether that means down."""
+
+
+def _cut_off(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
+    """At the request's deadline: end whatever read or write is blocked on the socket."""
+    fired.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _request(
     method: str, url: str, *, api_key: str | None, body: dict | None, timeout: float
 ) -> tuple[int, bytes]:
+    """One HTTP request, answered within `timeout` seconds in all (connecting, sending,
+    the status line, headers and body together; a server that trickles a byte at a
+    time is cut off at the deadline: TimeoutError). Straight to the server: no proxy
+    is consulted and a redirect is returned as it is, never followed."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = connection(parts.hostname or "", parts.port, timeout=timeout)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {"Accept": "application/json"}
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Accept", "application/json")
     if data is not None:
-        req.add_header("Content-Type", "application/json")
+        headers["Content-Type"] = "application/json"
     if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+        headers["Authorization"] = f"Bearer {api_key}"
+    fired = threading.Event()
+    timer = threading.Timer(timeout, _cut_off, args=(conn, fired))
+    timer.daemon = True
+    timer.start()
     try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        status = resp.status
+    except (OSError, http.client.HTTPException) as exc:
+        if fired.is_set():
+            raise TimeoutError(f"no whole answer within {timeout:g} s") from None
+        if isinstance(exc, OSError):
+            raise
+        raise NotHTTP(f"not an HTTP answer ({type(exc).__name__})") from None
+    finally:
+        timer.cancel()
+        conn.close()
+    if fired.is_set():  # the cut-off came as the body ended: an answer cut short
+        raise TimeoutError(f"no whole answer within {timeout:g} s")
+    return status, raw
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url.removesuffix("/v1")
 
 
 def wait_for_health(base: str, *, wait_s: float, timeout: float) -> None:
@@ -102,9 +147,8 @@ def wait_for_health(base: str, *, wait_s: float, timeout: float) -> None:
             if status == 200:
                 return
             last = f"/health answered HTTP {status}"
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            last = f"cannot reach {base}/health ({reason})"
+        except OSError as exc:
+            last = f"cannot reach {base}/health ({exc})"
         if time.monotonic() >= deadline:
             raise CheckFailed(DOWN, f"server down: {last}")
         time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
@@ -121,29 +165,26 @@ def _error_message(raw: bytes) -> str:
         return raw[:300].decode(errors="replace")
 
 
-def _served_models(base: str, api_key: str | None, timeout: float) -> list[str]:
+def _model_cards(base: str, api_key: str | None, timeout: float) -> list[dict]:
+    """The model cards of /v1/models (objects only: an odd answer gives none), or []."""
     try:
-        status, raw = _request(
-            "GET", f"{base}/v1/models", api_key=api_key, body=None, timeout=timeout
-        )
-        if status == 200:
-            return [m.get("id", "?") for m in json.loads(raw).get("data", [])]
-    except (urllib.error.URLError, OSError, ValueError):
-        pass
-    return []
+        status, raw = _request("GET", f"{base}/v1/models", api_key=api_key, body=None, timeout=timeout)
+        listing = json.loads(raw) if status == 200 else {}
+    except (OSError, ValueError):
+        return []
+    cards = listing.get("data") if isinstance(listing, dict) else None
+    return [card for card in cards if isinstance(card, dict)] if isinstance(cards, list) else []
+
+
+def _served_models(base: str, api_key: str | None, timeout: float) -> list[str]:
+    return [str(card.get("id", "?")) for card in _model_cards(base, api_key, timeout)]
 
 
 def _max_model_len(base: str, model: str, api_key: str | None, timeout: float) -> int | None:
     """The served model's context length from vLLM's /v1/models, or None."""
-    try:
-        status, raw = _request("GET", f"{base}/v1/models", api_key=api_key, body=None,
-                               timeout=min(timeout, 10.0))
-        if status == 200:
-            for card in json.loads(raw).get("data", []):
-                if card.get("id") == model and isinstance(card.get("max_model_len"), int):
-                    return card["max_model_len"]
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
-        pass
+    for card in _model_cards(base, api_key, min(timeout, 10.0)):
+        if card.get("id") == model and isinstance(card.get("max_model_len"), int):
+            return card["max_model_len"]
     return None
 
 
@@ -169,9 +210,11 @@ def _post_chat(base: str, body: dict, *, api_key: str | None, timeout: float, wh
     try:
         status, raw = _request("POST", url, api_key=api_key, body=body, timeout=timeout)
     except TimeoutError:
-        raise CheckFailed(OTHER, f"no answer to {what} within {timeout:g} s (--timeout)") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise CheckFailed(DOWN, f"server down: {url} ({getattr(exc, 'reason', exc)})") from None
+        raise CheckFailed(OTHER, f"no whole answer to {what} within {timeout:g} s") from None
+    except NotHTTP as exc:
+        raise CheckFailed(OTHER, f"{url} for {what}: {exc}") from None
+    except OSError as exc:
+        raise CheckFailed(DOWN, f"server down: {url} ({exc})") from None
     if status in (401, 403):
         hint = "wrong API key" if api_key else "the server requires an API key and none was given"
         raise CheckFailed(AUTH, f"HTTP {status} from {url}: {hint}")
@@ -348,7 +391,7 @@ def prefix_cache_hit_rate(base: str, timeout: float) -> str | None:
     """Hits over queries from /metrics, summed over labels; None when unavailable."""
     try:
         status, raw = _request("GET", f"{base}/metrics", api_key=None, body=None, timeout=timeout)
-    except (urllib.error.URLError, OSError):
+    except OSError:
         return None
     if status != 200:
         return None
@@ -376,8 +419,38 @@ def read_api_key(path: str | None) -> str | None:
     return os.environ.get("RADMATCH_API_KEY") or None
 
 
+EXIT_CODES_HELP = """exit codes:
+  0  ready (with --health-only: /health answered)
+  2  usage: a bad option, an unreadable or empty key file, --answer-schemas on
+     without RadMatch's answer models
+  3  server down: no /health (within --wait), or the connection refused
+  4  the API key was refused (HTTP 401/403), or none was given and one is needed
+  5  the model name is not served (--model, RADMATCH_MODEL)
+  6  the answer is not valid JSON for the schema, or the real extraction is not
+     a valid RadMatch answer
+  7  any other HTTP or protocol error, or no whole answer within --timeout
+     (--answer-timeout for the answer schemas)
+  8  the server's grammar compile limit was reached (HTTP 400)"""
+
+
+def url_problem(base: str) -> str:
+    """Why `base` is not a server address this check can use, or ''."""
+    try:
+        parts = urllib.parse.urlsplit(base)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "expected http://HOST:PORT or https://HOST:PORT"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--url",
         default=os.environ.get("RADMATCH_BASE_URL", "http://127.0.0.1:8000"),
@@ -390,13 +463,17 @@ def main(argv: list[str] | None = None) -> int:
         help="served model name (default: $RADMATCH_MODEL or radmatch-judge)",
     )
     parser.add_argument(
-        "--api-key-file", help="file holding the API key (default: $RADMATCH_API_KEY)"
+        "--api-key-file",
+        metavar="FILE",
+        help="read the API key from this file (its whole content, surrounding whitespace "
+        "removed); without it, the key itself is taken from the RADMATCH_API_KEY "
+        "environment variable, or none is sent",
     )
     parser.add_argument(
         "--wait", type=float, default=0.0, help="seconds to wait for /health (default: 0, one try)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds per HTTP request (default: 120)"
+        "--timeout", type=float, default=120.0, help="seconds for each whole HTTP request, the answer's last byte included (default: 120)"
     )
     parser.add_argument(
         "--health-only", action="store_true", help="only wait for /health, send no request"
@@ -421,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     base = _base_url(args.url)
+    problem = url_problem(base)
+    if problem:
+        print(f"not ready: --url {printable(args.url)}: {problem}", file=sys.stderr)
+        return USAGE
     started = time.monotonic()
     try:
         try:
@@ -449,9 +530,9 @@ def main(argv: list[str] | None = None) -> int:
             compiled = compile_answer_schemas(base, kit, **kwargs)
             findings, took = real_extraction(base, kit, **kwargs)
     except CheckFailed as exc:
-        print(f"not ready: {exc.reason}", file=sys.stderr)
+        print(f"not ready: {printable(exc.reason)}", file=sys.stderr)
         return exc.code
-    served = answer.get("model", args.model)
+    served = printable(str(answer.get("model", args.model)))
     line = f"ready: {served} at {base} answered schema-valid JSON in {elapsed:.1f} s"
     if kit is None:
         line += f"; RadMatch's answer schemas not checked: {missing}"

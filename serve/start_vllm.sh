@@ -48,11 +48,30 @@
 # driver R580 or newer (CUDA 13), GPUs of compute capability 8.0 or newer; it picks
 # the KV cache's type from the compute capability (FP8 from 8.9, else BF16).
 #
-# Exit codes: 0 ready (or dry run printed); 2 usage; 3 the GPUs cannot hold the
-# profile, or there is no GPU (a dry run prints the example plan first); 4 weights or the vllm executable not found; 5 the server did not come
-# up; 6 it came up but failed the readiness check (see serve/check_judge.py for
-# its own codes); 7 this machine's software cannot run vLLM 0.33.0 (Python, NVIDIA
-# driver or GPU generation; a dry run says which and exits 7 too).
+# First start, and how long each part takes: the weights (google/gemma-4-31B-it, BF16,
+# about 70 GB of disk) are downloaded and copied in by hand beforehand (serve/README.md,
+# Install); how long that takes depends on the links and is not measured here. Loading
+# them onto the GPUs (FP8 quantisation at load) is not measured either: no GPU has run
+# this script yet. Both are bounded: the script waits for vLLM's /health at most
+# RADMATCH_HEALTH_TIMEOUT_S seconds (default 1800, 30 minutes), then exits 5. The
+# readiness check then compiles RadMatch's three answer schemas (BENCHMARKS.md: with
+# xgrammar 14-18 s each on 2 idle CPU cores, 54-200 s on busy ones; with outlines 7.6
+# minutes for the extraction schema), each within --compile-limit + 300 s (30 minutes
+# without a limit), and runs one real extraction within the same bound.
+#
+# Exit codes: 0 a dry run that found nothing in the way (a start runs until SIGTERM or
+# Ctrl-C, then exits 143); 1 vLLM stopped on its own after it was ready (a restart may
+# help); 2 usage; 3 the GPUs cannot hold the profile, or there is no GPU; 4 the
+# weights are missing or incomplete, or no vllm executable; 5 the server did not come
+# up (it exited, or no /health within the timeout); 6 it came up but failed the
+# readiness check (see serve/check_judge.py for its own codes); 7 this machine's
+# software cannot run vLLM 0.33.0 (Python, NVIDIA driver or GPU generation). A dry
+# run prints the whole plan, then names every reason a start would stop for and exits
+# with the code that start would give (the first of 3, 4 and 7 that applies).
+#
+# Under systemd (Type=notify, serve/radmatch-judge.service) the script reports its
+# progress and, once the readiness check has passed, READY=1 (systemd-notify): the
+# unit is "active" only when the judge is ready.
 set -euo pipefail
 
 # ---- Model profiles --------------------------------------------------------
@@ -88,7 +107,7 @@ readonly EXAMPLE_GPU_CC=90 EXAMPLE_GPU_CC_TEXT=9.0
 # client measures each prompt and drops exemplars if one would not fit.
 readonly DEFAULT_MAX_MODEL_LEN=16384
 readonly DEFAULT_SERVED_NAME=radmatch-judge
-readonly HEALTH_TIMEOUT_S=${RADMATCH_HEALTH_TIMEOUT_S:-1800}  # loading 31B + compiling
+HEALTH_TIMEOUT_S=${RADMATCH_HEALTH_TIMEOUT_S:-1800}  # loading 31B + compiling
 
 # What the pinned vLLM (serve/requirements.txt) needs from this machine.
 readonly VLLM_VERSION=0.33.0
@@ -128,9 +147,10 @@ GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
 PROFILE_ID="" PROFILE_WEIGHTS_MIB=0 PROFILE_KV_MIB=0 PROFILE_DESC=""
 GPU_COUNT=0 GPU_MIN_MIB=0 GPU_NAME="" GPU_PROBLEM="" EXAMPLE_GPUS=0
 FIT_TP=0 TP_SOURCE="" DP_SOURCE="" IDLE_GPUS=0
-WEIGHTS_MISSING=0 VLLM_EXE="" VLLM_FOUND=0
+WEIGHTS_MISSING=0 WEIGHTS_PROBLEM="" FROM_HUB=0 VLLM_EXE="" VLLM_FOUND=0
 PYTHON_EXE="" PYTHON_VERSION="" DRIVER_VERSION="" GPU_CC=0 GPU_CC_TEXT="" KV_CACHE_DTYPE=""
 SOFTWARE_PROBLEMS=()
+STOP_CODES=() STOP_REASONS=()  # a dry run: every reason a start would stop for
 API_KEY="" API_KEY_SOURCE="" API_KEY_PENDING=""
 SERVER_PID=""
 CMD=()
@@ -160,6 +180,13 @@ die() {
     shift
     log "error: $*"
     exit "$code"
+}
+
+# A reason a start would stop for (exit code $1, message $2): a start dies with it
+# where it finds it; a dry run notes it, goes on with its plan and names them all.
+note_stop() {
+    STOP_CODES+=("$1")
+    STOP_REASONS+=("$2")
 }
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
@@ -437,10 +464,10 @@ use_example_gpus() {
 # GPUs cannot hold one replica. Sets TP, DP, FIT_TP and IDLE_GPUS.
 choose_parallelism() {
     local tp candidate need usable largest=1
-    if ((GPU_COUNT == 0)) && [[ $MODE == dry-run ]]; then
+    if ((GPU_COUNT == 0)); then
+        [[ $MODE == dry-run ]] || die 3 "$(no_gpu_message)"
+        note_stop 3 "$(no_gpu_message)"
         use_example_gpus
-    elif ((GPU_COUNT == 0)); then
-        die 3 "$(no_gpu_message)"
     fi
     usable=$(usable_mib "$GPU_MIN_MIB")
     FIT_TP=0
@@ -462,9 +489,8 @@ choose_parallelism() {
     fi
     need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp")
     if ((need > usable)); then
-        die 3 "refusing to start: $PROFILE does not fit on $GPU_COUNT x $GPU_NAME ($GPU_MIN_MIB MiB) at tensor parallelism $tp.
-$(explain_memory "$tp")
-$(alternatives)"
+        [[ $MODE == dry-run ]] || die 3 "$(does_not_fit "$tp")"
+        note_stop 3 "$(does_not_fit "$tp")"
     fi
     TP=$tp
     if [[ -n $DP ]]; then
@@ -476,18 +502,31 @@ $(alternatives)"
     IDLE_GPUS=$((GPU_COUNT - TP * DP))
 }
 
+does_not_fit() {
+    echo "refusing to start: $PROFILE does not fit on $GPU_COUNT x $GPU_NAME ($GPU_MIN_MIB MiB) at tensor parallelism $1.
+$(explain_memory "$1")
+$(alternatives)"
+}
+
 # The parallelism arithmetic in two plain lines, e.g.
 #   4 GPUs x 32607 MiB (NVIDIA GeForce RTX 5090, 29998 usable); one replica needs 2:
 #     (model 30041 + KV cache 4096) / 2 + runtime 1536 = 18605 MiB per GPU   [one line]
 #   TP 2 x DP 2 = 4 GPUs
 plan_lines() {
-    local usable need note=""
+    local usable need note="" fit=$FIT_TP
     usable=$(usable_mib "$GPU_MIN_MIB")
-    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$FIT_TP")
+    ((fit > 0)) || fit=$TP  # it does not fit (a dry run): the arithmetic at the tp tried
+    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$fit")
     ((EXAMPLE_GPUS == 0)) || echo "example GPU: this machine has none ($GPU_PROBLEM), so the plan is for:"
-    echo "$(plural "$GPU_COUNT" GPU) x $GPU_MIN_MIB MiB ($GPU_NAME, $usable usable);" \
-        "one replica needs $FIT_TP: (model $PROFILE_WEIGHTS_MIB + KV cache $PROFILE_KV_MIB) / $FIT_TP" \
-        "+ runtime $RUNTIME_RESERVE_MIB = $need MiB per GPU"
+    if ((FIT_TP > 0)); then
+        echo "$(plural "$GPU_COUNT" GPU) x $GPU_MIN_MIB MiB ($GPU_NAME, $usable usable);" \
+            "one replica needs $fit: (model $PROFILE_WEIGHTS_MIB + KV cache $PROFILE_KV_MIB) / $fit" \
+            "+ runtime $RUNTIME_RESERVE_MIB = $need MiB per GPU"
+    else
+        echo "$(plural "$GPU_COUNT" GPU) x $GPU_MIN_MIB MiB ($GPU_NAME, $usable usable);" \
+            "one replica does not fit: (model $PROFILE_WEIGHTS_MIB + KV cache $PROFILE_KV_MIB) / $fit" \
+            "+ runtime $RUNTIME_RESERVE_MIB = $need MiB per GPU at tensor parallelism $fit"
+    fi
     if [[ -n $TP_SOURCE || -n $DP_SOURCE ]]; then
         note=" (set by ${TP_SOURCE:+$TP_SOURCE $TP}${TP_SOURCE:+${DP_SOURCE:+, }}${DP_SOURCE:+$DP_SOURCE $DP})"
     fi
@@ -506,8 +545,9 @@ plan_lines() {
 hub_dir() { echo "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"; }
 hub_repo_dir() { echo "$(hub_dir)/models--${PROFILE_ID//\//--}"; }
 
-# --model-dir, else the profile's snapshot in the local Hugging Face cache.
-# Without weights (no config.json): a dry run notes it and goes on; a start stops.
+# --model-dir, else the profile's snapshot in the local Hugging Face cache, and whether
+# its weights are complete. Without complete weights a start stops (exit 4); a dry run
+# notes it and goes on.
 resolve_model_dir() {
     local repo rev snap
     if [[ -z $MODEL_DIR ]]; then
@@ -524,15 +564,75 @@ resolve_model_dir() {
         if [[ -z $snap ]]; then
             WEIGHTS_MISSING=1
         else
-            MODEL_DIR=$snap
+            MODEL_DIR=$snap FROM_HUB=1
         fi
-    elif [[ ! -f $MODEL_DIR/config.json ]]; then
-        WEIGHTS_MISSING=1
+    fi
+    if ((WEIGHTS_MISSING == 0)); then
+        WEIGHTS_PROBLEM=$(weights_problem "$MODEL_DIR")
+        [[ -z $WEIGHTS_PROBLEM ]] || WEIGHTS_MISSING=1
     fi
     if ((WEIGHTS_MISSING)); then
         [[ $MODE == dry-run ]] || die 4 "$(weights_help)"
-        log "warning: the $PROFILE_ID weights are missing; the plan on stdout says where to put them"
+        note_stop 4 "the $PROFILE_ID weights are missing or incomplete${WEIGHTS_PROBLEM:+ ($WEIGHTS_PROBLEM)}; the plan on stdout says how to copy them in"
     fi
+}
+
+# Why the checkpoint in $1 is not whole, or nothing: config.json, and every shard that
+# model.safetensors.index.json names (without an index: every *.safetensors), each
+# present and as long as its own header says. A copy cut short stops here, not in vLLM.
+weights_problem() {
+    local dir=$1 index=$1/model.safetensors.index.json shard problem shards=() bad=()
+    if [[ ! -f $dir/config.json ]]; then
+        echo "$dir has no config.json"
+        return 0
+    fi
+    if [[ -f $index ]]; then
+        mapfile -t shards < <(grep -o '"[^"/]*\.safetensors"' "$index" | tr -d '"' | sort -u)
+        if ((${#shards[@]} == 0)); then
+            echo "$index names no .safetensors file"
+            return 0
+        fi
+    else
+        mapfile -t shards < <(find "$dir" -mindepth 1 -maxdepth 1 -name '*.safetensors' -printf '%f\n' | sort)
+        if ((${#shards[@]} == 0)); then
+            echo "$dir has config.json but no model.safetensors.index.json and no *.safetensors weights"
+            return 0
+        fi
+    fi
+    for shard in "${shards[@]}"; do
+        problem=$(shard_problem "$dir/$shard")
+        [[ -z $problem ]] || bad+=("$shard $problem")
+    done
+    ((${#bad[@]} == 0)) && return 0
+    printf '%s of %s weight files in %s are not whole: %s' "${#bad[@]}" "${#shards[@]}" "$dir" "${bad[0]}"
+    ((${#bad[@]} == 1)) || printf '; %s' "${bad[@]:1:2}"
+    ((${#bad[@]} <= 3)) || printf '; ...'
+    echo
+}
+
+# A safetensors file is 8 bytes (little-endian header length N), N bytes of JSON
+# header, then the tensors, which end at the largest data_offsets end in the header.
+shard_problem() {
+    local file=$1 size header_len end expected
+    if [[ ! -f $file ]]; then
+        echo "is missing"
+        return 0
+    fi
+    size=$(stat -L -c %s "$file")
+    if ((size <= 8)); then
+        echo "is empty ($size bytes)"
+        return 0
+    fi
+    header_len=$(od -An -tu8 -N8 --endian=little "$file" | tr -d '[:space:]')
+    if ! [[ $header_len =~ ^[0-9]{1,12}$ ]] || ((8 + header_len > size)); then
+        echo "is cut short or not safetensors ($size bytes)"
+        return 0
+    fi
+    end=$(head -c $((8 + header_len)) "$file" | tail -c "$header_len" \
+        | grep -oE '"data_offsets"[[:space:]]*:[[:space:]]*\[[[:space:]]*[0-9]+[[:space:]]*,[[:space:]]*[0-9]+' \
+        | grep -oE '[0-9]+$' | sort -n | tail -n 1 || true)
+    expected=$((8 + header_len + ${end:-0}))
+    ((size >= expected)) || echo "is cut short ($size of $expected bytes)"
 }
 
 # What is missing, where the script expects it, and how to copy it in.
@@ -540,14 +640,22 @@ weights_help() {
     local hub repo name=${PROFILE_ID#*/} host=${HOSTNAME:-this-workstation}
     hub=$(hub_dir)
     repo=$(hub_repo_dir)
-    if [[ -n $MODEL_DIR ]]; then
+    if ((FROM_HUB)); then
         cat <<EOF
-weights missing: $MODEL_DIR has no config.json.
-  Put the $PROFILE_ID checkpoint (BF16, as downloaded) there, flat:
-    $MODEL_DIR/config.json, tokenizer*.json, model-*.safetensors, ...
+weights incomplete: $WEIGHTS_PROBLEM
+  (a copy that did not finish?). Copy the model's folder again; rsync sends only what
+  is missing or different:
+    rsync -a hub/models--${PROFILE_ID//\//--} $host:$hub/
+  from the cache folder you downloaded into (hf download $PROFILE_ID --cache-dir hub).
+EOF
+    elif [[ -n $MODEL_DIR ]]; then
+        cat <<EOF
+weights missing: ${WEIGHTS_PROBLEM:-$MODEL_DIR has no config.json}.
+  Put the whole $PROFILE_ID checkpoint (BF16, as downloaded) there, flat:
+    $MODEL_DIR/config.json, tokenizer*.json, model.safetensors.index.json, model-*.safetensors, ...
   On a machine with internet (after accepting the Gemma licence on Hugging Face):
     hf download $PROFILE_ID --local-dir $name
-  then copy it in:
+  then copy it in (again, if a copy did not finish: rsync sends only what is missing):
     rsync -a $name/ $host:$MODEL_DIR/
 EOF
     else
@@ -642,6 +750,7 @@ resolve_vllm() {
     else
         VLLM_EXE=${VLLM_EXE:-vllm}
         [[ $MODE == dry-run ]] || die 4 "$(vllm_help)"
+        note_stop 4 "$(vllm_help)"
     fi
 }
 
@@ -651,7 +760,8 @@ vllm_help() {
     else
         echo "vllm not found (neither $SERVE_DIR/.venv/bin/vllm nor vllm on PATH)"
     fi
-    echo "  install it: python3 -m venv $SERVE_DIR/.venv && $SERVE_DIR/.venv/bin/pip install -r $SERVE_DIR/requirements.txt"
+    echo "  install it (serve/README.md, Install): $SERVE_DIR/install.sh" \
+        "(or $SERVE_DIR/install.sh --python python3.11 where python3 is older than 3.11, as on Ubuntu 22.04)"
 }
 
 build_command() {
@@ -746,12 +856,30 @@ print_dry_run() {
         fi
     done
     echo
-    ((${#SOFTWARE_PROBLEMS[@]} == 0)) || printf '# refused: %s\n' "${SOFTWARE_PROBLEMS[@]}"
-    ((EXAMPLE_GPUS == 0)) || die 3 "$(no_gpu_message)
-  (The plan on stdout is for an example GPU, $EXAMPLE_GPU_NAME; on the workstation a dry run plans for its own.)"
-    if ((${#SOFTWARE_PROBLEMS[@]})); then
-        die 7 "this machine cannot run vLLM $VLLM_VERSION (see 'refused' above)"
-    fi
+    refuse_or_pass
+}
+
+# The end of a dry run: every reason a start would stop for, on stdout ("# refused:")
+# and stderr, in the order a start meets them; exit with the code of the first.
+refuse_or_pass() {
+    local problem i note=""
+    for problem in "${SOFTWARE_PROBLEMS[@]}"; do
+        note_stop 7 "$problem"
+    done
+    ((${#STOP_CODES[@]})) || return 0
+    for i in "${!STOP_CODES[@]}"; do
+        printf 'refused: %s\n' "${STOP_REASONS[i]}" | sed 's/^/# /'
+    done
+    for i in "${!STOP_CODES[@]}"; do
+        if ((STOP_CODES[i] == 7)); then
+            log "error: this machine cannot run vLLM $VLLM_VERSION: ${STOP_REASONS[i]}"
+        else
+            log "error: ${STOP_REASONS[i]}"
+        fi
+    done
+    ((EXAMPLE_GPUS == 0)) || note=" (The plan on stdout is for an example GPU, $EXAMPLE_GPU_NAME; on the workstation a dry run plans for its own.)"
+    die "${STOP_CODES[0]}" "dry run: a start would stop with exit ${STOP_CODES[0]}:" \
+        "$(plural "${#STOP_CODES[@]}" reason) above, each 'refused' on stdout.$note"
 }
 
 # A start stops here when the software cannot run vLLM.
@@ -806,7 +934,15 @@ start_server() {
         mkdir -p "$(outlines_cache_dir)"
         chmod 700 "$(outlines_cache_dir)"
     fi
-    env "${SERVER_ENV[@]}" "${CMD[@]}" >>"$LOG_FILE" 2>&1 &
+    notify_systemd --status="loading $PROFILE; waiting for /health (at most $HEALTH_TIMEOUT_S s); vLLM's log: $LOG_FILE"
+    (
+        # export is a shell builtin: the key never appears in a command line (ps, /proc)
+        for var in "${SERVER_ENV[@]}"; do
+            export "${var?}"
+        done
+        unset NOTIFY_SOCKET  # readiness is this script's to report, not vLLM's
+        exec "${CMD[@]}"
+    ) >>"$LOG_FILE" 2>&1 &
     SERVER_PID=$!
     trap 'stop_server; exit 143' TERM INT
     trap stop_server EXIT
@@ -823,14 +959,31 @@ start_server() {
         sleep 2
     done
     log "/health answered; checking constrained decoding, compiling RadMatch's answer schemas, one real extraction"
+    notify_systemd --status="/health answered; compiling RadMatch's answer schemas, then one real extraction"
     # The key reaches the check through its environment, never its arguments.
     if ! RADMATCH_API_KEY=$API_KEY run_check "$url" --answer-schemas on \
         --answer-timeout $((COMPILE_LIMIT_S > 0 ? COMPILE_LIMIT_S + 300 : 1800)) 2>&1 \
         | tee -a "$LOG_FILE" >&2; then
         die 6 "the server is up but failed the readiness check"
     fi
+    notify_systemd --ready --status="ready: RADMATCH_BASE_URL=$url/v1 RADMATCH_MODEL=$SERVED_NAME"
     log "the judge is ready: RADMATCH_BASE_URL=$url/v1 RADMATCH_MODEL=$SERVED_NAME"
-    wait "$SERVER_PID"
+    local code=0
+    wait "$SERVER_PID" || code=$?
+    SERVER_PID=""
+    # Not vLLM's own code: that could read as one of this script's (2-7), which stop the unit.
+    die 1 "vLLM stopped on its own after it was ready (its exit code $code); see $LOG_FILE"
+}
+
+# Under systemd with Type=notify (NOTIFY_SOCKET set): progress for `systemctl status`,
+# and READY=1 once the readiness check has passed.
+notify_systemd() {
+    [[ -n ${NOTIFY_SOCKET:-} ]] || return 0
+    if ! command -v systemd-notify >/dev/null 2>&1; then
+        log "warning: NOTIFY_SOCKET is set but systemd-notify is not installed: systemd will not hear $*"
+        return 0
+    fi
+    systemd-notify "$@" || log "warning: systemd-notify $1 failed"
 }
 
 # ---- Main -------------------------------------------------------------------
@@ -862,6 +1015,8 @@ parse_args() {
     done
     is_uint "$PORT" || die 2 "--port must be a number, got '$PORT'"
     is_uint "$MAX_MODEL_LEN" || die 2 "--max-model-len must be a number, got '$MAX_MODEL_LEN'"
+    [[ $HEALTH_TIMEOUT_S =~ ^[1-9][0-9]*$ ]] \
+        || die 2 "RADMATCH_HEALTH_TIMEOUT_S must be a number of seconds, got '$HEALTH_TIMEOUT_S'"
     case ${THINKING,,} in
         1 | true | yes | on) THINKING=on ;;
         0 | false | no | off) THINKING=off ;;

@@ -43,7 +43,7 @@ DRIVER_OK = "580.95.05"
 # answering STUB_ANSWER; it requires VLLM_API_KEY when that is set.
 STUB_SERVER = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     args = sys.argv[1:]
@@ -54,6 +54,7 @@ STUB_SERVER = textwrap.dedent(
     template_defaults = json.loads(opt("--default-chat-template-kwargs", "{}"))
     key = os.environ.get("VLLM_API_KEY")
     answer = os.environ.get("STUB_ANSWER", '{"ready": true}')
+    answer_model = os.environ.get("STUB_ANSWER_MODEL", model)  # the name its answers give
     extraction = os.environ.get("STUB_EXTRACTION", json.dumps({"findings": [{
         "text": "Mild cardiomegaly.", "clinical_status": "abnormal",
         "clinical_significance": "notable", "evidence": ["The heart is mildly enlarged."]}]}))
@@ -62,6 +63,9 @@ STUB_SERVER = textwrap.dedent(
     card = {"id": model}
     if os.environ.get("STUB_MAX_MODEL_LEN"):  # vLLM's model card names the context
         card["max_model_len"] = int(os.environ["STUB_MAX_MODEL_LEN"])
+    if os.environ.get("STUB_PROCESS"):  # a file: how it was started (argv, environment)
+        with open(os.environ["STUB_PROCESS"], "w") as fh:
+            json.dump({"argv": sys.argv, "env": dict(os.environ)}, fh)
     if os.environ.get("STUB_CRASH"):
         print("stub: failed to load the model", flush=True)
         sys.exit(1)
@@ -114,9 +118,11 @@ STUB_SERVER = textwrap.dedent(
                 content, finish = "{", "length"  # a one-token answer
                 if schema.get("title") == "ExtractionAnswer" and body["max_tokens"] > 1:
                     content, finish = extraction, "stop"
-            self.reply(200, {"model": model, "choices": [
+            self.reply(200, {"model": answer_model, "choices": [
                 {"message": {"role": "assistant", "content": content}, "finish_reason": finish}
             ]})
+            if content is extraction and os.environ.get("STUB_EXIT_AFTER_READY"):  # a crash later on
+                threading.Timer(1, os._exit, [int(os.environ["STUB_EXIT_AFTER_READY"])]).start()
 
     print(f"stub: chat template defaults {json.dumps(template_defaults, sort_keys=True)}", flush=True)
     print(f"stub: serving {model} on {host}:{port}", flush=True)
@@ -195,10 +201,47 @@ def run(args: list[str], env: dict[str, str], timeout: float = 30) -> subprocess
     )
 
 
+def write_weights(folder: Path, shards: int = 2) -> Path:
+    """A whole checkpoint as `hf download` leaves it: config.json, the safetensors index
+    and the shards it names, each a valid safetensors file (8-byte header length, JSON
+    header, then the tensor bytes the header describes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    weight_map = {}
+    for i in range(1, shards + 1):
+        name = f"model-{i:05d}-of-{shards:05d}.safetensors"
+        header = json.dumps({
+            f"layer{i}.a": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, 32]},
+            f"layer{i}.b": {"dtype": "BF16", "shape": [4, 8], "data_offsets": [32, 96]},
+        }).encode()
+        (folder / name).write_bytes(len(header).to_bytes(8, "little") + header + bytes(96))
+        weight_map.update({f"layer{i}.a": name, f"layer{i}.b": name})
+    index = {"metadata": {"total_size": 96 * shards}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+def stand_in_vllm(path: Path) -> None:
+    """A `vllm` executable for dry runs (they never run it)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\nexit 0\n")
+        path.chmod(0o755)
+
+
 def dry_run(
-    tmp_path: Path, env: dict[str, str], gpus, *args: str, **smi: object
+    tmp_path: Path, env: dict[str, str], gpus, *args: str, weights: bool = True,
+    vllm: bool = True, **smi: object,
 ) -> subprocess.CompletedProcess:
-    fake_nvidia_smi(tmp_path / "bin", gpus, **smi)
+    """A dry run with these GPUs; unless a test says not, on a machine where a start
+    could run: whole weights (RADMATCH_MODEL_DIR) and a vllm executable."""
+    if gpus is not False:
+        fake_nvidia_smi(tmp_path / "bin", gpus, **smi)
+    if weights and "--model-dir" not in args:
+        env.setdefault("RADMATCH_MODEL_DIR", str(write_weights(tmp_path / "weights")))
+    if vllm:
+        venv_python = env.get("VLLM_PYTHON")
+        stand_in_vllm(Path(venv_python).parent / "vllm" if venv_python else tmp_path / "bin" / "vllm")
     # python3 on PATH (the one serve/install.sh would use) fits vLLM unless a test says not
     if not (tmp_path / "bin" / "python3").exists():
         fake_python(tmp_path / "bin" / "python3", "3.12.3")
@@ -244,6 +287,12 @@ def assert_example_plan_then_gpu_error(result, problem: str, gpus: int = 1) -> N
     cmd = command_line(out)
     assert option(cmd, "--kv-cache-dtype") == "fp8"  # the example's compute capability 9.0
     err = result.stderr
+    # every reason a start here would stop for, the GPU's first (its code is the exit code)
+    reasons = [ln for ln in err.splitlines() if ln.startswith("[radmatch-judge] error: ")]
+    assert reasons[0].startswith(f"[radmatch-judge] error: no GPU: {problem}")
+    assert any("weights are missing or incomplete" in ln for ln in reasons)
+    assert any("vllm not found" in ln for ln in reasons)
+    assert "dry run: a start would stop with exit 3: 3 reasons above" in err
     assert f"no GPU: {problem}" in err
     assert "30041 MiB" in err  # what the profile would need
     assert "plan on stdout is for an example GPU, NVIDIA H100 80GB HBM3" in err
@@ -254,18 +303,18 @@ def assert_example_plan_then_gpu_error(result, problem: str, gpus: int = 1) -> N
 def test_no_nvidia_smi_shows_the_example_plan_then_refuses(tmp_path, env):
     if shutil.which("nvidia-smi", path=SYSTEM_PATH):
         pytest.skip("a real nvidia-smi is installed on this machine")
-    result = run(["--dry-run"], env)
+    result = dry_run(tmp_path, env, False, weights=False, vllm=False)
     assert_example_plan_then_gpu_error(result, "nvidia-smi not found")
     assert option(command_line(result.stdout), "--tensor-parallel-size") == "1"
 
 
 def test_failing_nvidia_smi_shows_the_example_plan_then_refuses(tmp_path, env):
-    result = dry_run(tmp_path, env, None)
+    result = dry_run(tmp_path, env, None, weights=False, vllm=False)
     assert_example_plan_then_gpu_error(result, "nvidia-smi failed: NVIDIA-SMI has failed")
 
 
 def test_the_example_plan_follows_tp_and_dp(tmp_path, env):
-    result = dry_run(tmp_path, env, None, "--tp", "2", "--dp", "2")
+    result = dry_run(tmp_path, env, None, "--tp", "2", "--dp", "2", weights=False, vllm=False)
     assert_example_plan_then_gpu_error(result, "nvidia-smi failed", gpus=4)
     cmd = command_line(result.stdout)
     assert option(cmd, "--tensor-parallel-size") == "2"
@@ -296,7 +345,11 @@ def test_one_32gb_gpu_is_refused_with_the_arithmetic_and_alternatives(tmp_path, 
     assert "more GPUs: 2 x 32607 MiB GPUs (tensor parallelism 2) need 18605 MiB each" in err
     assert "a larger GPU: one with at least 38775 MiB" in err
     assert "a smaller profile: --profile gemma4-26b-a4b" in err
-    assert result.stdout == ""
+    # the plan is still shown, at the tensor parallelism tried, and the refusal in it
+    out = result.stdout
+    assert "one replica does not fit: (model 30041 + KV cache 4096) / 1 + runtime 1536 = 35673 MiB" in out
+    assert "# refused: refusing to start: gemma4-31b does not fit on 1 x NVIDIA GeForce RTX 5090" in out
+    assert option(command_line(out), "--tensor-parallel-size") == "1"
 
 
 def test_two_32gb_gpus_use_tensor_parallelism_2(tmp_path, env):
@@ -527,9 +580,7 @@ def test_a_driver_older_than_r580_is_refused_with_the_fix(tmp_path, env, driver,
 
 def test_a_start_with_an_old_driver_stops_before_vllm(tmp_path, env, stub_vllm):
     fake_nvidia_smi(tmp_path / "bin", [H100_80GB], driver="575.57.08")
-    model_dir = tmp_path / "weights"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text("{}")
+    model_dir = write_weights(tmp_path / "weights")
     log_file = tmp_path / "judge.log"
     env["VLLM_PYTHON"] = str(stub_vllm.parent / "python")
     result = run(["--model-dir", str(model_dir), "--log-file", str(log_file)], env)
@@ -662,20 +713,19 @@ def test_gemma_thinks_unless_the_server_or_the_request_says_not(tmp_path, env):
 
 def test_weights_come_from_the_local_hf_cache(tmp_path, env):
     snapshot = tmp_path / "hf" / "hub" / "models--google--gemma-4-31B-it" / "snapshots" / "abc123"
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text("{}")
+    write_weights(snapshot)
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("abc123")
     env["HF_HOME"] = str(tmp_path / "hf")
-    result = dry_run(tmp_path, env, [H100_80GB])
+    result = dry_run(tmp_path, env, [H100_80GB], weights=False)
     assert result.returncode == 0, result.stderr
     assert served_model(command_line(result.stdout)) == str(snapshot)
     assert "missing" not in result.stdout + result.stderr
 
 
 def test_missing_weights_are_explained_and_the_plan_still_shown(tmp_path, env):
-    result = dry_run(tmp_path, env, [RTX_5090] * 4)
-    assert result.returncode == 0, result.stderr
+    result = dry_run(tmp_path, env, [RTX_5090] * 4, weights=False)
+    assert result.returncode == 4, result.stderr
     out = result.stdout
     assert "MISSING" not in out  # no made-up snapshot path in the command
     hub = Path(env["HOME"]) / ".cache" / "huggingface" / "hub"
@@ -703,7 +753,7 @@ def test_missing_weights_are_explained_and_the_plan_still_shown(tmp_path, env):
 def test_missing_weights_in_a_given_folder(tmp_path, env):
     nowhere = tmp_path / "nowhere"
     result = dry_run(tmp_path, env, [H100_80GB], "--model-dir", str(nowhere))
-    assert result.returncode == 0
+    assert result.returncode == 4
     assert f"# weights missing: {nowhere} has no config.json." in result.stdout
     assert "hf download google/gemma-4-31B-it --local-dir gemma-4-31B-it" in result.stdout
     assert re.search(rf"rsync -a gemma-4-31B-it/ \S+:{re.escape(str(nowhere))}/", result.stdout)
@@ -766,7 +816,7 @@ def test_dry_run_writes_nothing(tmp_path, env, host):
 
 
 def test_the_server_is_started_with_vllm_serve(tmp_path, env, stub_vllm):
-    result = dry_run(tmp_path, env, [H100_80GB])
+    result = dry_run(tmp_path, env, [H100_80GB], vllm=False)
     cmd = command_line(result.stdout)
     assert cmd.split()[1] == "serve"
     assert "vllm.entrypoints" not in result.stdout
@@ -784,9 +834,7 @@ def test_the_server_is_started_with_vllm_serve(tmp_path, env, stub_vllm):
 
 def test_a_start_without_vllm_stops(tmp_path, env):
     fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
-    model_dir = tmp_path / "weights"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text("{}")
+    model_dir = write_weights(tmp_path / "weights")
     env["VLLM_PYTHON"] = str(tmp_path / "empty-venv" / "bin" / "python")
     result = run(["--model-dir", str(model_dir)], env)
     assert result.returncode == 4
@@ -925,7 +973,7 @@ def stub(stub_vllm):
 
 def check(
     url: str, *args: str, key: str | None = None, python: tuple[str, ...] = (sys.executable,),
-    **extra_env: str,
+    timeout: float = 60, **extra_env: str,
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RADMATCH_")}
     env.update(extra_env)
@@ -937,7 +985,7 @@ def check(
         check=False,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
     )
 
 
@@ -1012,8 +1060,8 @@ def recorded(path: Path) -> list[dict]:
 def test_check_compiles_the_client_schemas_and_runs_a_real_extraction(stub, tmp_path):
     from radmatch_audit.config import SERVER_MAX_TOKENS
     from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
-    from radmatch_audit.stages import load_instructions
     from radmatch_audit.schemas import SERVER_LIMITS, answer_models
+    from radmatch_audit.stages import load_instructions
 
     record = tmp_path / "requests.jsonl"
     url = stub(STUB_RECORD=str(record))
@@ -1101,6 +1149,168 @@ def test_check_says_when_it_cannot_import_the_answer_models(stub):
     assert "not asked (--answer-schemas off)" in off.stdout
 
 
+# ---- deadlines and odd answers: the check always ends, with one clean line ----------
+
+
+@contextlib.contextmanager
+def loopback_server(handle):
+    """An HTTP server on 127.0.0.1 whose every GET and POST is `handle(handler)`; its
+    threads are daemons, so a handler still trickling never outlives the test."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            handle(self)
+
+        do_POST = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.block_on_close = False
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def answer(handler, status: int, body: object) -> None:
+    if handler.command == "POST":
+        handler.rfile.read(int(handler.headers["Content-Length"]))
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def trickle(handler) -> None:
+    """A 200 answer sent one byte every half second, for up to a minute."""
+    response = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
+    with contextlib.suppress(OSError):
+        for byte in response[:120]:
+            handler.wfile.write(bytes([byte]))
+            time.sleep(0.5)
+
+
+def timed_check(url: str, *args: str, limit: float = 20) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    try:
+        result = check(url, *args, timeout=limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"check_judge.py {' '.join(args)} still running after {limit:g} s")
+    return result, time.monotonic() - started
+
+
+def test_a_trickling_health_answer_ends_at_the_deadline_as_server_down():
+    with loopback_server(trickle) as url:
+        result, took = timed_check(url, "--wait", "2", "--timeout", "3")
+    assert result.returncode == 3, result.stderr
+    assert took < 12  # one whole /health request of 3 s, past the 2 s wait
+    assert result.stderr.startswith("not ready: server down:")
+    assert "no whole answer within 3 s" in result.stderr
+
+
+def test_a_trickling_chat_answer_ends_at_the_deadline_with_exit_7():
+    def handle(handler):
+        if handler.path == "/health":
+            answer(handler, 200, {})
+        else:
+            trickle(handler)
+
+    with loopback_server(handle) as url:
+        result, took = timed_check(url, "--wait", "2", "--timeout", "3", "--answer-schemas", "off")
+    assert result.returncode == 7, result.stderr
+    assert took < 12
+    assert "no whole answer to the test schema within 3 s" in result.stderr
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e"  # clear screen, set title, CSI, bidi
+
+
+@pytest.mark.parametrize(
+    ("chat", "models", "code", "words"),
+    [
+        ((404, {}), {"data": ["x"]}, 5, "served: unknown"),
+        ((404, {}), ["x"], 5, "served: unknown"),
+        ((404, {}), {"data": [{"id": "judge" + ESCAPES}]}, 5, "served: judge\\x1b[2J"),
+        ((500, {"error": {"message": "boom" + ESCAPES + "\nsecond line"}}), {}, 7,
+         "boom\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202e\\nsecond line"),
+        ((500, {"error": ["a", "list"]}), {}, 7, "HTTP 500"),
+        ((200, {"choices": "none"}), {}, 7, "not an OpenAI chat completion"),
+    ],
+    ids=["models-data-strings", "models-a-list", "model-name-escapes", "error-escapes",
+         "error-a-list", "choices-a-string"],
+)
+def test_odd_answers_end_in_one_clean_line(chat, models, code, words):
+    def handle(handler):
+        if handler.path == "/health":
+            answer(handler, 200, {})
+        elif handler.path == "/v1/models":
+            answer(handler, 200, models)
+        else:
+            answer(handler, *chat)
+
+    with loopback_server(handle) as url:
+        result, _ = timed_check(url, "--answer-schemas", "off")
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("not ready: ") and result.stderr.count("\n") == 1
+    assert words in result.stderr
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", result.stdout + result.stderr)
+
+
+def test_a_server_that_does_not_speak_http_is_a_protocol_error():
+    def handle(handler):
+        handler.wfile.write(b"SSH-2.0-OpenSSH_9.6" + ESCAPES.encode() + b"\r\n")
+
+    with loopback_server(handle) as url:
+        result, _ = timed_check(url, "--answer-schemas", "off", "--wait", "1")
+    assert result.returncode == 3  # /health never answered in HTTP: not a judge server
+    assert "not an HTTP answer" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_model_name_with_escapes_is_printed_and_logged_inert(tmp_path, env, stub_vllm):
+    log_file = tmp_path / "judge.log"
+    env["STUB_ANSWER_MODEL"] = "radmatch-judge" + ESCAPES
+    with started_judge(tmp_path, env, stub_vllm, "--log-file", str(log_file)) as lines:
+        ready = [ln for ln in lines if ln.startswith("ready: ")]
+        assert ready and ready[0].startswith("ready: radmatch-judge\\x1b[2J\\x1b]0;owned")
+    log = log_file.read_text()
+    assert "ready: radmatch-judge\\x1b[2J" in log
+    assert not re.search("[\x1b\x07\x9b\u202e]", log + "".join(lines))
+
+
+def test_check_help_lists_its_exit_codes_and_where_the_key_comes_from():
+    result = subprocess.run([sys.executable, str(CHECK), "--help"], capture_output=True,
+                            text=True, check=False, timeout=30)
+    assert result.returncode == 0
+    out = " ".join(result.stdout.split())
+    codes = out.split("exit codes:")[1]
+    for code, words in [("0", "ready"), ("2", "usage"), ("3", "server down"),
+                        ("4", "the API key was refused"), ("5", "the model name is not served"),
+                        ("6", "the answer is not valid JSON"),
+                        ("7", "any other HTTP or protocol error"),
+                        ("8", "the server's grammar compile limit")]:
+        assert f" {code} {words}" in f" {codes}", code
+    key_help = out.rsplit("--api-key-file FILE", 1)[1].split("--wait")[0]
+    assert "read the API key from this file" in key_help
+    assert "the key itself is taken from the RADMATCH_API_KEY environment variable" in key_help
+
+
+def test_a_bad_url_is_a_usage_error():
+    result = check("http://127.0.0.1:port")
+    assert result.returncode == 2
+    assert result.stderr.startswith("not ready: --url http://127.0.0.1:port:")
+    assert "Traceback" not in result.stderr
+
+
 # ---- proxies: the check talks to its server directly -----------------------------
 
 
@@ -1156,9 +1366,7 @@ def started_judge(tmp_path: Path, env: dict[str, str], stub_vllm: Path, *args: s
     """start_vllm.sh with the stub as vLLM, until ready; yields its stderr lines so far,
     then stops it with SIGTERM (exit 143, the server gone)."""
     fake_nvidia_smi(tmp_path / "bin", [RTX_5090, RTX_5090])
-    model_dir = tmp_path / "weights"
-    model_dir.mkdir(exist_ok=True)
-    (model_dir / "config.json").write_text("{}")
+    model_dir = write_weights(tmp_path / "weights")
     env["VLLM_PYTHON"] = str(stub_vllm.parent / "python")
     port = free_port()
     proc = subprocess.Popen(
@@ -1224,9 +1432,7 @@ def test_thinking_can_be_turned_off_for_the_whole_server(tmp_path, env, stub_vll
 
 def test_start_reports_a_server_that_dies(tmp_path, env, stub_vllm):
     fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
-    model_dir = tmp_path / "weights"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text("{}")
+    model_dir = write_weights(tmp_path / "weights")
     env.update(VLLM_PYTHON=str(stub_vllm.parent / "python"), STUB_CRASH="1")
     result = run(
         [
@@ -1243,6 +1449,252 @@ def test_start_reports_a_server_that_dies(tmp_path, env, stub_vllm):
     assert result.returncode == 5
     assert "the server exited during start-up" in result.stderr
     assert "stub: failed to load the model" in result.stderr
+
+
+# ---- the dry run's exit code: every reason a start would stop for -------------------
+
+
+def make_old_python3(tmp_path: Path) -> None:
+    fake_python(tmp_path / "bin" / "python3", "3.10.12")  # Ubuntu 22.04's
+
+
+@pytest.mark.parametrize(
+    ("piece", "code", "words"),
+    [
+        ("weights", 4, "the google/gemma-4-31B-it weights are missing or incomplete"),
+        ("vllm", 4, "vllm not found"),
+        ("python", 7, "this machine cannot run vLLM 0.33.0: " + "{bin}/python3 is Python 3.10.12"),
+        ("driver", 7, "this machine cannot run vLLM 0.33.0: NVIDIA driver 575.57.08 is too old"),
+        ("gpu-memory", 3, "refusing to start: gemma4-31b does not fit on 1 x NVIDIA GeForce RTX 5090"),
+    ],
+)
+def test_a_dry_run_exits_as_a_start_would_for_each_missing_piece(tmp_path, env, piece, code, words):
+    if piece in ("vllm", "python") and (REPO / "serve" / ".venv" / "bin" / "vllm").exists():
+        pytest.skip("serve/.venv has vLLM: its vllm and python are the ones used")
+    if piece == "python":
+        make_old_python3(tmp_path)
+    result = dry_run(
+        tmp_path, env, [RTX_5090] if piece == "gpu-memory" else [H100_80GB],
+        weights=piece != "weights", vllm=piece != "vllm",
+        driver="575.57.08" if piece == "driver" else DRIVER_OK,
+    )
+    assert result.returncode == code, result.stderr
+    assert f"[radmatch-judge] error: {words.format(bin=tmp_path / 'bin')}" in result.stderr
+    assert f"dry run: a start would stop with exit {code}: 1 reason above" in result.stderr
+    assert result.stdout.count("# refused: ") == 1
+    assert command_line(result.stdout)  # the plan is still printed in full
+    assert "# log file: " in result.stdout
+    if piece == "vllm":  # the fix serve/README.md gives
+        assert f"install it (serve/README.md, Install): {REPO}/serve/install.sh" in result.stdout
+        assert "python3 -m venv" not in result.stdout + result.stderr
+
+
+def test_a_dry_run_with_nothing_in_the_way_exits_0(tmp_path, env):
+    result = dry_run(tmp_path, env, [H100_80GB])
+    assert result.returncode == 0, result.stderr
+    assert "refused" not in result.stdout and "error" not in result.stderr
+
+
+def test_a_dry_run_names_every_reason_in_the_order_a_start_meets_them(tmp_path, env):
+    if (REPO / "serve" / ".venv" / "bin" / "vllm").exists():
+        pytest.skip("serve/.venv has vLLM: its vllm and python are the ones used")
+    make_old_python3(tmp_path)
+    result = dry_run(tmp_path, env, [RTX_5090], weights=False, vllm=False, driver="575.57.08")
+    assert result.returncode == 3  # a start stops at the GPUs first
+    reasons = [ln.removeprefix("[radmatch-judge] error: ")
+               for ln in result.stderr.splitlines() if ln.startswith("[radmatch-judge] error: ")]
+    assert reasons[0].startswith("refusing to start: gemma4-31b does not fit")
+    assert reasons[1].startswith("the google/gemma-4-31B-it weights are missing or incomplete")
+    assert reasons[2].startswith("vllm not found")
+    assert reasons[3].startswith("this machine cannot run vLLM 0.33.0: NVIDIA driver 575.57.08 is too old")
+    assert reasons[4].startswith(f"this machine cannot run vLLM 0.33.0: {tmp_path / 'bin' / 'python3'} is Python 3.10.12")
+    assert reasons[5] == ("dry run: a start would stop with exit 3: 5 reasons above, "
+                          "each 'refused' on stdout.")
+    assert result.stdout.count("# refused: ") == 5
+    assert command_line(result.stdout)
+    assert all(ln.startswith(("#", "export ")) or ln == command_line(result.stdout)
+               for ln in result.stdout.splitlines())  # every reason's lines are comments
+
+
+# ---- whole weights, not only a config.json ---------------------------------------------
+
+
+def cut(path: Path, size: int) -> None:
+    with path.open("r+b") as fh:
+        fh.truncate(size)
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        ("config-only", "has config.json but no model.safetensors.index.json and no *.safetensors weights"),
+        ("shard-missing", "1 of 2 weight files in {dir} are not whole: model-00002-of-00002.safetensors is missing"),
+        ("shard-empty", "model-00001-of-00002.safetensors is empty (0 bytes)"),
+        ("shard-cut-short", "model-00002-of-00002.safetensors is cut short ({short} of {full} bytes)"),
+        ("both-cut", "2 of 2 weight files in {dir} are not whole"),
+    ],
+)
+def test_weights_must_be_whole(tmp_path, env, damage, words):
+    folder = tmp_path / "model"
+    full = 0
+    if damage == "config-only":
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+    else:
+        write_weights(folder)
+        first, second = sorted(folder.glob("model-*.safetensors"))
+        if damage == "shard-missing":
+            second.unlink()
+        elif damage == "shard-empty":
+            cut(first, 0)
+        elif damage == "shard-cut-short":  # the tensors cut, the header whole
+            full = second.stat().st_size
+            cut(second, full - 10)
+        else:
+            cut(first, 100)
+            cut(second, 4)
+    result = dry_run(tmp_path, env, [H100_80GB], "--model-dir", str(folder))
+    assert result.returncode == 4, result.stderr
+    assert words.format(dir=folder, short=full - 10, full=full) in result.stdout
+    assert "weights are missing or incomplete" in result.stderr
+    assert "rsync -a gemma-4-31B-it/ " in result.stdout  # how to finish the copy
+
+
+def test_a_whole_checkpoint_passes_with_an_index_or_as_one_file(tmp_path, env):
+    assert dry_run(tmp_path, env, [H100_80GB], "--model-dir", str(write_weights(tmp_path / "m"))).returncode == 0
+    single = write_weights(tmp_path / "single", shards=1)
+    (single / "model.safetensors.index.json").unlink()
+    (single / "model-00001-of-00001.safetensors").rename(single / "model.safetensors")
+    result = dry_run(tmp_path, env, [H100_80GB], "--model-dir", str(single))
+    assert result.returncode == 0, result.stderr
+    assert f"# weights: {single}" in result.stdout
+
+
+def test_an_unfinished_copy_into_the_hf_cache_stops_a_start(tmp_path, env, stub_vllm):
+    repo = tmp_path / "hf" / "hub" / "models--google--gemma-4-31B-it"
+    snapshot = write_weights(repo / "snapshots" / "abc123")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    (snapshot / "model-00002-of-00002.safetensors").unlink()  # rsync had not got there
+    env.update(HF_HOME=str(tmp_path / "hf"), VLLM_PYTHON=str(stub_vllm.parent / "python"))
+    fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
+    log_file = tmp_path / "judge.log"
+    result = run(["--log-file", str(log_file)], env)
+    assert result.returncode == 4
+    assert f"weights incomplete: 1 of 2 weight files in {snapshot} are not whole" in result.stderr
+    assert "rsync -a hub/models--google--gemma-4-31B-it " in result.stderr
+    assert "stub: serving" not in (log_file.read_text() if log_file.exists() else "")
+
+
+# ---- the API key never on a command line ----------------------------------------------
+
+
+def test_the_api_key_reaches_vllm_only_through_its_environment(tmp_path, env, stub_vllm):
+    """`env VLLM_API_KEY=... vllm serve` showed the key in /proc/PID/cmdline: every
+    command the script runs through PATH is recorded here, and vLLM's own argv."""
+    commands = tmp_path / "commands.log"
+    for name in ("env", "nohup", "setsid", "sudo", "runuser"):
+        real = shutil.which(name, path=SYSTEM_PATH)
+        if real:
+            stand_in = tmp_path / "bin" / name
+            stand_in.parent.mkdir(parents=True, exist_ok=True)
+            stand_in.write_text(f'#!/bin/sh\nprintf "%s\\n" "{name} $*" >>"{commands}"\nexec "{real}" "$@"\n')
+            stand_in.chmod(0o755)
+    process = tmp_path / "vllm-process.json"
+    key = "k-secret-on-the-command-line-0123"
+    env.update(RADMATCH_API_KEY=key, STUB_PROCESS=str(process))
+    with started_judge(tmp_path, env, stub_vllm, "--host", "0.0.0.0") as lines:
+        assert any(ln.startswith("ready: radmatch-judge") for ln in lines)  # the stub wants the key
+    started = json.loads(process.read_text())
+    assert started["env"]["VLLM_API_KEY"] == key
+    assert all(key not in arg for arg in started["argv"])
+    assert key not in (commands.read_text() if commands.exists() else "")
+
+
+# ---- systemd: "active" means ready, and no restart that cannot help -------------------
+
+
+UNIT = REPO / "serve" / "radmatch-judge.service"
+
+
+def unit_settings() -> dict[str, str]:
+    return dict(
+        line.split("=", 1) for line in UNIT.read_text().splitlines()
+        if re.match(r"^[A-Za-z]+=", line)
+    )
+
+
+def test_the_unit_is_active_only_once_the_judge_is_ready():
+    settings = unit_settings()
+    assert settings["Type"] == "notify"
+    assert settings["NotifyAccess"] == "all"  # systemd-notify runs as the script's child
+    # systemd's own 90 s would stop a start that loads 31B weights: 30 min for /health plus
+    # the readiness check's bounds (serve/README.md) come first
+    minutes = int(re.fullmatch(r"(\d+)min", settings["TimeoutStartSec"]).group(1))
+    assert minutes * 60 > 1800 + 120 + 4 * 900
+
+
+def test_no_restart_for_an_exit_that_a_restart_cannot_fix():
+    """Every exit code of start_vllm.sh but 1 (vLLM stopped after it was ready) and 143
+    (stopped) needs a person: 2 usage, 3 GPUs, 4 weights/vLLM, 5 no /health, 6 not ready,
+    7 software."""
+    script = START.read_text()
+    codes = {int(c) for c in re.findall(r"\b(?:die|exit) (\d+)\b", script)} - {0, 1, 143}
+    assert codes == {2, 3, 4, 5, 6, 7}
+    prevented = {int(c) for c in unit_settings()["RestartPreventExitStatus"].split()}
+    assert codes <= prevented
+    assert 1 not in prevented
+
+
+def fake_systemd_notify(tmp_path: Path) -> Path:
+    record = tmp_path / "notify.log"
+    script = tmp_path / "bin" / "systemd-notify"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >>"{record}"\n')
+    script.chmod(0o755)
+    return record
+
+
+def test_systemd_hears_ready_only_after_the_readiness_check(tmp_path, env, stub_vllm):
+    record = fake_systemd_notify(tmp_path)
+    process = tmp_path / "vllm-process.json"
+    env.update(NOTIFY_SOCKET=str(tmp_path / "notify.sock"), STUB_PROCESS=str(process))
+    with started_judge(tmp_path, env, stub_vllm) as lines:
+        assert any(ln.startswith("ready: radmatch-judge") for ln in lines)
+        sent = record.read_text().splitlines()
+    assert sent[0].startswith("--status=loading gemma4-31b; waiting for /health (at most 1800 s)")
+    assert sent[1].startswith("--status=/health answered; compiling")
+    assert sent[-1].startswith("--ready --status=ready: RADMATCH_BASE_URL=http://127.0.0.1:")
+    assert "NOTIFY_SOCKET" not in json.loads(process.read_text())["env"]  # vLLM cannot say ready
+
+
+def test_a_judge_that_fails_its_readiness_check_never_tells_systemd_ready(tmp_path, env, stub_vllm):
+    record = fake_systemd_notify(tmp_path)
+    env.update(NOTIFY_SOCKET=str(tmp_path / "notify.sock"), STUB_ANSWER="not json",
+               VLLM_PYTHON=str(stub_vllm.parent / "python"))
+    fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
+    result = run(["--model-dir", str(write_weights(tmp_path / "weights")), "--port", str(free_port()),
+                  "--log-file", str(tmp_path / "judge.log")], env, timeout=90)
+    assert result.returncode == 6, result.stderr
+    assert "--ready" not in (record.read_text() if record.exists() else "")
+
+
+def test_vllm_stopping_after_ready_exits_1_whatever_its_own_code(tmp_path, env, stub_vllm):
+    env.update(STUB_EXIT_AFTER_READY="4", VLLM_PYTHON=str(stub_vllm.parent / "python"))
+    fake_nvidia_smi(tmp_path / "bin", [H100_80GB])
+    result = run(["--model-dir", str(write_weights(tmp_path / "weights")), "--port", str(free_port()),
+                  "--log-file", str(tmp_path / "judge.log")], env, timeout=90)
+    assert "the judge is ready" in result.stderr
+    assert result.returncode == 1  # restartable; vLLM's own 4 would read as "no weights"
+    assert "vLLM stopped on its own after it was ready (its exit code 4)" in result.stderr
+
+
+def test_help_bounds_the_first_start_in_words(env):
+    out = " ".join(run(["--help"], env).stdout.split())
+    assert "RADMATCH_HEALTH_TIMEOUT_S seconds (default 1800, 30 minutes)" in out
+    assert "not measured" in out  # download, copy and load: no GPU has run it yet
+    assert "with xgrammar 14-18 s each on 2 idle CPU cores" in out  # BENCHMARKS.md
+    assert "about 70 GB of disk" in out
 
 
 # ---- shellcheck ------------------------------------------------------------------
