@@ -32,7 +32,7 @@ from typing import Any
 from radmatch_audit.config import JudgeConfig
 from radmatch_audit.corpus import summarize
 from radmatch_audit.extras import require_local_judge
-from radmatch_audit.judge_notice import judge_identity, warn_not_clinical
+from radmatch_audit.judge_notice import configured_identity, judge_identity, warn_not_clinical
 from radmatch_audit.metric_install import script_path  # noqa: F401  (documented: radmatch_audit.metric.script_path())
 from radmatch_audit.pipeline import Evaluator
 from radmatch_audit.record_io import RecordWriter
@@ -163,8 +163,16 @@ class MetricScorer:
 
     @property
     def judge_info(self) -> dict[str, Any]:
-        """Which judge scores: backend, model, servers (host:port), embedded_small_judge."""
-        return judge_identity(self.evaluator.judge)
+        """Which judge scores: backend, model, servers (host:port), embedded_small_judge.
+        Until the first evaluation builds the judge, read from the configuration: asking
+        loads no model."""
+        with self._build_lock:
+            evaluator = self._evaluator
+        if evaluator is not None:
+            return judge_identity(evaluator.judge)
+        if self._judge is not None:
+            return judge_identity(self._judge)
+        return configured_identity(self.config)
 
     def evaluate(self, pairs: list[PairInput], *, progress: bool = False) -> tuple[list[Record], int]:
         """Records in input order and the number of judge calls this run made.
