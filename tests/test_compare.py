@@ -230,7 +230,7 @@ def test_compare_says_the_embedded_judges_scores_are_not_clinical(tmp_path):
     a = write(tmp_path / "a.jsonl", by("radmatch-judge", {}))
     b = write(tmp_path / "b.jsonl", by("SmolLM2-135M-Instruct", {"urgent": 1}))
     warnings = [line for line in run_cli(a, b).stdout.splitlines() if line.startswith("warning: ")]
-    assert warnings == ["warning: the scores of B come from the embedded small judge "
-                        "(SmolLM2-135M-Instruct), which only exercises the pipeline: they are not "
-                        "clinical, and neither is their difference"]
+    assert warnings == [("warning: the scores of B come from the embedded small judge "
+                         "(SmolLM2-135M-Instruct), which only exercises the pipeline: they are not "
+                         "clinical, and neither is their difference")]
     assert not any(line.startswith("warning: ") for line in run_cli(a, a).stdout.splitlines())

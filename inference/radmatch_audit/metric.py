@@ -15,6 +15,11 @@ declared once in `radmatch_audit.config` with its RADMATCH_* variable and help, 
 metric's own (`METRIC_OPTIONS`: records_path, progress, judge). `options_help()` lists
 them all with their variables and help; the metric's description shows that list.
 
+A bare `evaluate.load("radmatch")` needs `radmatch-audit install-metric` once: without it
+evaluate fails with "Couldn't find a module script at .../radmatch/radmatch.py. Module
+'radmatch' doesn't exist on the Hugging Face Hub either." (`script_path()` loads the
+installed script with no install step.)
+
 `cache_dir` and `timeout` belong to `evaluate` itself (where it buffers predictions, and
 its distributed timeout), hence `judge_cache_dir` and `timeout_s` here.
 """
