@@ -267,7 +267,9 @@ EXPLANATION = f"""What each line means (the rules: docs/scoring.md; reading one:
   evidence attributed: per side, findings whose every evidence quote is found verbatim in
     their report; fewer means the judge paraphrased or invented its quotes
   stability (with --samples K): pairs whose count was the same in every sample
-  warning: records the summary counted differently (a repeated pair_id: the last counts)
+  failed pairs: each failed pair's id and reason (the first 10)
+  warning: what to keep in mind: a repeated pair_id (its last record counts), or counts of
+    the embedded judge, which are not clinical
 What values mean: what radiologists reach with each other and a capable judge reaches
   against them, as Kendall tau-b over RadPref's 200 pairs: {AGREEMENT}"""
 

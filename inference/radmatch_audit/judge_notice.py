@@ -24,9 +24,9 @@ class NotClinicalWarning(UserWarning):
 
 NOT_CLINICAL = (
     f"these RadMatch scores come from the embedded small judge ({EMBEDDED_MODEL}), which "
-    "only exercises the pipeline: its error counts are not clinical (it has counted 0 errors "
-    "in a report that denies the reference's pleural effusion). For real scores use a judge server "
-    "(serve/start_vllm.sh, then base_url / --base-url); what a capable judge reaches: "
+    "only exercises the pipeline: its error counts are not clinical (it has counted 0 "
+    "errors in a report that denies the reference's pleural effusion). For real scores use "
+    "a judge server (serve/start_vllm.sh, then base_url / --base-url); what a capable judge reaches: "
     'README.md, "Agreement with radiologists"'
 )
 

@@ -83,10 +83,11 @@ def comparison_warnings(result: dict) -> list[str]:
     warnings = []
     studies = result["n_studies"]
     if studies < MIN_STUDIES:
-        floor = (f"; an exact p over {studies} {'study' if studies == 1 else 'studies'} cannot be "
-                 f"below {2.0 ** (1 - studies):.3g}" if result["permutation"]["method"] == "exact" else "")
-        warnings.append(f"{studies} {'study' if studies == 1 else 'studies'}, fewer than {MIN_STUDIES}: "
-                        f"the interval is not a reliable 95% interval{floor}")
+        counted = f"{studies} {'study' if studies == 1 else 'studies'}"
+        warning = f"{counted}, fewer than {MIN_STUDIES}: the interval is not a reliable 95% interval"
+        if result["permutation"]["method"] == "exact":  # a sign vector and its mirror tie
+            warning += f"; an exact p over {counted} cannot be below {2.0 ** (1 - studies):.3g}"
+        warnings.append(warning)
     small = [side for side, labels in result["judges"].items() if any(map(is_embedded_small, labels))]
     if small:
         warnings.append(

@@ -19,7 +19,9 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("records", help="records file (JSONL) written by `radmatch-audit evaluate` (or `recompute`)")
+    p.add_argument(
+        "records", help="records file (JSONL) written by `radmatch-audit evaluate` (or `recompute`)"
+    )
     p.add_argument(
         "-o", "--output", default="report.html",
         help="HTML file to write, owner-only: it quotes the reports (default: report.html; "
