@@ -265,3 +265,20 @@ def test_summary_of_the_embedded_judges_records_warns_that_its_counts_are_not_cl
     assert 'README.md, "Agreement with radiologists"' in warning
     src.write_text(without_notable(model="radmatch-judge") + "\n", encoding="utf-8")
     assert "not clinical" not in run_cli("summary", src).stdout
+
+
+def test_the_summary_docs_scoring_reads_is_what_the_command_prints(tmp_path):
+    """docs/scoring.md, "Reading a summary": the README's example pairs as the embedded judge
+    scored them on 2026-12-05 (tests/data/examples_embedded_records.jsonl.gz)."""
+    import gzip
+
+    src = tmp_path / "records.jsonl"
+    src.write_bytes(gzip.decompress((ROOT / "tests" / "data" / "examples_embedded_records.jsonl.gz").read_bytes()))
+    proc = run_cli("summary", src)
+    assert proc.returncode == 0, proc.stderr
+    printed = "\n".join(line.rstrip() for line in proc.stdout.rstrip("\n").splitlines())
+    doc = (ROOT / "docs" / "scoring.md").read_text(encoding="utf-8")
+    shown = doc.split("### Reading a summary", 1)[1].split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert shown == printed, (
+        "docs/scoring.md's summary is not what `radmatch-audit summary` prints for "
+        "tests/data/examples_embedded_records.jsonl.gz: paste the new output (trailing spaces cut)")
