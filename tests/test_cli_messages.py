@@ -189,3 +189,96 @@ def test_empty_records_file_holds_no_records(tmp_path):
         assert not out.exists()
         line = error_line(run_cli("dashboard", src, "-o", tmp_path / "x.html"))
         assert line == f"radmatch-audit: error: {src} holds no records"
+
+
+# ----------------------------------------------------------------- 7. what the summary's terms mean
+
+
+def without_notable(pair_id: str = "fig3", model: str = "m") -> str:
+    """The worked example with its notable findings made urgent, rescored from its stages."""
+    data = json.loads(fig3_record(pair_id).to_json())
+    for side in ("reference_findings", "candidate_findings"):
+        for finding in data["stages"][side]:
+            if finding["clinical_significance"] == "notable":
+                finding["clinical_significance"] = "urgent"
+    data["scores"] = None
+    data["judge"].update(backend="transformers", model=model)
+    return json.dumps(data)
+
+
+def printed_terms(out: str) -> set[str]:
+    """The terms a text summary prints: outcome keys, safety tiers, subsets, line heads."""
+    lines = out.splitlines()
+    outcomes = next(line for line in lines if line.startswith("outcomes: "))
+    terms = {word for word in outcomes.split()[1:] if word.isalpha()}
+    table = lines.index(next(line for line in lines if line.startswith("safety ")))
+    terms |= {line.split()[0] for line in lines[table + 1:table + 4]}
+    terms |= {"pairs", "scored", "failed", "judge", "mean actionable errors per pair", "precision",
+              "recall", "subset", "evidence attributed"}
+    return terms
+
+
+def test_summary_explain_gives_every_printed_term_a_meaning(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(json.loads(fig3_record().to_json())) + "\n", encoding="utf-8")
+    plain = run_cli("summary", src)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.rstrip().splitlines()[-1] == (
+        "what each line means: radmatch-audit summary --explain; what radiologists and a capable "
+        'judge reach: README.md, "Agreement with radiologists"')
+    explained = run_cli("summary", src, "--explain")
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.startswith(plain.stdout.rsplit("\n\n", 1)[0])  # the same summary first
+    legend = explained.stdout.split("What each line means", 1)[1]
+    meanings = {line.split(":")[0].strip() for line in legend.splitlines() if ":" in line}
+    meanings |= {term for line in meanings if "," in line for term in line.replace(" ", "").split(",")}
+    terms = printed_terms(plain.stdout)
+    assert {"COR", "PAR", "INC", "MIS", "SPU", "triage", "actionable", "all"} <= terms
+    assert terms <= meanings, terms - meanings
+    assert 'README.md, "Agreement with radiologists"' in legend
+    both = run_cli("summary", src, "--explain", "--json")
+    assert both.returncode == 2 and both.stdout == ""
+    assert both.stderr.strip().endswith("argument --json: not allowed with argument --explain")
+
+
+def test_summary_says_why_triage_and_actionable_rows_are_the_same(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(without_notable() + "\n", encoding="utf-8")
+    out = run_cli("summary", src).stdout.splitlines()
+    triage = next(line for line in out if line.startswith("triage "))
+    actionable = next(line for line in out if line.startswith("actionable "))
+    assert triage.split()[1:] == actionable.split()[1:]
+    assert out[out.index(next(line for line in out if line.startswith("all "))) + 1] == (
+        "  (triage and actionable are the same: no finding of either report is notable, the one "
+        "tier actionable adds to triage)")
+    write_records(src, [fig3_record()])  # notable findings on both sides: the rows differ
+    assert not any("are the same" in line for line in run_cli("summary", src).stdout.splitlines())
+
+
+def test_summary_of_the_embedded_judges_records_warns_that_its_counts_are_not_clinical(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(without_notable(model="SmolLM2-135M-Instruct") + "\n", encoding="utf-8")
+    out = run_cli("summary", src).stdout
+    warning = next(line for line in out.splitlines() if line.startswith("warning: "))
+    assert "embedded small judge (SmolLM2-135M-Instruct)" in warning
+    assert "error counts are not clinical" in warning and "pleural effusion" in warning
+    assert 'README.md, "Agreement with radiologists"' in warning
+    src.write_text(without_notable(model="radmatch-judge") + "\n", encoding="utf-8")
+    assert "not clinical" not in run_cli("summary", src).stdout
+
+
+def test_the_summary_docs_scoring_reads_is_what_the_command_prints(tmp_path):
+    """docs/scoring.md, "Reading a summary": the README's example pairs as the embedded judge
+    scored them on 2026-12-05 (tests/data/examples_embedded_records.jsonl.gz)."""
+    import gzip
+
+    src = tmp_path / "records.jsonl"
+    src.write_bytes(gzip.decompress((ROOT / "tests" / "data" / "examples_embedded_records.jsonl.gz").read_bytes()))
+    proc = run_cli("summary", src)
+    assert proc.returncode == 0, proc.stderr
+    printed = "\n".join(line.rstrip() for line in proc.stdout.rstrip("\n").splitlines())
+    doc = (ROOT / "docs" / "scoring.md").read_text(encoding="utf-8")
+    shown = doc.split("### Reading a summary", 1)[1].split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert shown == printed, (
+        "docs/scoring.md's summary is not what `radmatch-audit summary` prints for "
+        "tests/data/examples_embedded_records.jsonl.gz: paste the new output (trailing spaces cut)")

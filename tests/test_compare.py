@@ -256,3 +256,34 @@ def test_compare_command_shows_the_significant_difference_first(tmp_path):
     assert start < next(i for i, line in enumerate(out) if line.startswith("actionable "))
     data = json.loads(run_cli(a, b, "--json").stdout)
     assert data["significant"]["mean_difference"] == -0.5 and data["significant"]["n_compared"] == 16
+
+
+def test_compare_warns_below_ten_studies_and_names_the_p_it_cannot_go_below(tmp_path):
+    a = write(tmp_path / "a.jsonl", [scored(f"p{i}", f"s{i}", {}) for i in range(2)])
+    b = write(tmp_path / "b.jsonl", [scored(f"p{i}", f"s{i}", {"critical": 1}) for i in range(2)])
+    proc = run_cli(a, b)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: 2 studies, fewer than 10: the interval is not a reliable 95% interval; an " \
+           "exact p over 2 studies cannot be below 0.5" in proc.stdout.splitlines()
+    assert row_of(json.loads(run_cli(a, b, "--json").stdout), "actionable")["p_value"] == 0.5
+    assert json.loads(run_cli(a, b, "--json").stdout)["warnings"][0].startswith("2 studies, fewer than 10")
+    a10 = write(tmp_path / "a10.jsonl", [scored(f"p{i}", f"s{i}", {}) for i in range(10)])
+    b10 = write(tmp_path / "b10.jsonl", [scored(f"p{i}", f"s{i}", {"critical": 1}) for i in range(10)])
+    assert "warning" not in run_cli(a10, b10).stdout
+    assert json.loads(run_cli(a10, b10, "--json").stdout)["warnings"] == []
+
+
+def test_compare_says_the_embedded_judges_scores_are_not_clinical(tmp_path):
+    def by(judge_model, misses):
+        runs = [scored(f"p{i}", f"s{i}", misses) for i in range(12)]
+        for rec in runs:
+            rec.judge.backend, rec.judge.model = "transformers", judge_model
+        return runs
+
+    a = write(tmp_path / "a.jsonl", by("radmatch-judge", {}))
+    b = write(tmp_path / "b.jsonl", by("SmolLM2-135M-Instruct", {"urgent": 1}))
+    warnings = [line for line in run_cli(a, b).stdout.splitlines() if line.startswith("warning: ")]
+    assert warnings == [("warning: the scores of B come from the embedded small judge "
+                         "(SmolLM2-135M-Instruct), which only exercises the pipeline: they are not "
+                         "clinical, and neither is their difference")]
+    assert not any(line.startswith("warning: ") for line in run_cli(a, a).stdout.splitlines())

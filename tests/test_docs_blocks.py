@@ -26,6 +26,7 @@ them (timings aside); scripts/regen_records_example.py rewrites them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -38,6 +39,8 @@ from typing import Iterator, Optional
 
 import pytest
 
+from radmatch_audit.cli.app import COMMANDS, build_parser
+from radmatch_audit.config import SERVER_CONCURRENCY
 from radmatch_audit.testing.fake_server import StubServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -254,3 +257,66 @@ def check_records(out: str) -> None:
 
 
 CHECKS = {"README.md": check_readme, "metric.md": check_metric, "records.md": check_records}
+
+
+# ---------------------------------------------------------------------------- names
+
+
+NAMED_DOCS = [*DOCS, REPO / "serve" / "README.md"]
+# The other project's command: a bare `radmatch` followed by one of our subcommands
+# (never `radmatch-audit`, nor the metric's name in `evaluate.load("radmatch")`).
+OTHER_PROJECTS_COMMAND = re.compile(
+    r"(?<![\w./-])radmatch\s+(?:" + "|".join(map(re.escape, COMMANDS)) + r")\b"
+)
+
+
+SERVE_HELP = (["bash", "serve/start_vllm.sh", "--help"], ["bash", "serve/install.sh", "--help"],
+              [sys.executable, "serve/check_judge.py", "--help"])
+
+
+def help_texts() -> dict[str, str]:
+    """`radmatch-audit --help` and every command's, as printed."""
+    parser = build_parser()
+    (subparsers,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {"radmatch-audit": parser.format_help(),
+            **{f"radmatch-audit {name}": p.format_help() for name, p in subparsers.choices.items()}}
+
+
+def serve_help_texts() -> dict[str, str]:
+    """The --help of the serve scripts hospital IT runs (they print it and exit 0)."""
+    texts = {}
+    for cmd in SERVE_HELP:
+        result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False, timeout=60)
+        assert result.returncode == 0, (cmd, result.stderr[-2000:])
+        texts[" ".join(cmd[1:])] = result.stdout + result.stderr
+    return texts
+
+
+def test_the_old_name_pattern_tells_the_other_projects_commands_from_ours():
+    assert OTHER_PROJECTS_COMMAND.search("as `radmatch\n    compare`")
+    assert OTHER_PROJECTS_COMMAND.search("run radmatch evaluate pairs.jsonl")
+    for ours in ("radmatch-audit compare A B", 'evaluate.load("radmatch")', "pip install radmatch",
+                 "radmatch_audit.evaluate", "radmatch evaluates"):
+        assert not OTHER_PROJECTS_COMMAND.search(ours), ours
+
+
+def test_no_help_text_names_the_other_projects_commands():
+    texts = {**help_texts(), **serve_help_texts()}
+    found = {where: match[0] for where, text in texts.items()
+             if (match := OTHER_PROJECTS_COMMAND.search(" ".join(text.split())))}
+    assert len(texts) == len(COMMANDS) + 1 + len(SERVE_HELP)
+    assert not found, f"help text names the other project's command (ours is radmatch-audit): {found}"
+
+
+@pytest.mark.parametrize("doc", NAMED_DOCS, ids=doc_id)
+def test_no_doc_names_the_other_projects_commands(doc):
+    text = doc.read_text(encoding="utf-8")
+    found = [f"{doc_id(doc)}:{text.count(chr(10), 0, m.start()) + 1}: {m[0]!r}"
+             for m in OTHER_PROJECTS_COMMAND.finditer(text)]
+    assert not found, f"the other project's command (ours is radmatch-audit): {found}"
+
+
+def test_the_metric_docs_state_the_concurrency_the_code_uses():
+    row = next(line for line in (REPO / "docs" / "metric.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `concurrency` |"))
+    assert "judge calls in flight" in row and f"{SERVER_CONCURRENCY} per server" in row, row

@@ -486,3 +486,25 @@ def test_second_epoch_with_the_real_model_extracts_only_new_candidates(shared_an
 
 
 # docs/metric.md's blocks run in tests/test_docs_blocks.py (every document's blocks, one runner).
+
+
+def test_bare_name_before_install_metric_fails_with_the_message_the_docs_pair_with_the_fix(tmp_path):
+    """evaluate's own error names neither RadMatch nor the fix: docs/metric.md shows it
+    beside `radmatch-audit install-metric`, as the package's docstrings do."""
+    import radmatch_audit
+    import radmatch_audit.metric
+
+    proc = subprocess.run(
+        [sys.executable, "-c", 'import evaluate; evaluate.load("radmatch")'],
+        check=False, cwd=tmp_path, env=offline_env(tmp_path), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 1
+    message = proc.stderr.strip().splitlines()[-1].replace(str(tmp_path), "/home/me")
+    assert message.startswith("FileNotFoundError: Couldn't find a module script at /home/me/radmatch")
+    doc = (REPO / "docs" / "metric.md").read_text(encoding="utf-8")
+    shown = doc.index(message)
+    assert doc.rfind("radmatch-audit install-metric", 0, shown) > shown - 600  # the fix, beside it
+    assert "radmatch-audit install-metric" in doc[shown:shown + 400]
+    for module in (radmatch_audit, radmatch_audit.metric):
+        assert "radmatch-audit install-metric" in module.__doc__
+        assert "Couldn't find a module script" in " ".join(module.__doc__.split())

@@ -147,7 +147,9 @@ def test_evaluate_summary_names_the_judge_and_refuses_to_replace_records(tmp_pat
         code, summary, _ = cli("evaluate", str(src), "-o", str(out), *judge, capsys=capsys)
         assert code == 0
         port = server.base_url.split(":")[2].split("/")[0]
-        assert summary.rstrip().splitlines()[-1] == f"judge: vllm / stub-judge at 127.0.0.1:{port}"
+        *_, judge_line, _, pointer = summary.rstrip().splitlines()
+        assert judge_line == f"judge: vllm / stub-judge at 127.0.0.1:{port}"
+        assert pointer.startswith("what each line means: radmatch-audit summary --explain")
         written = out.read_text()
 
         code, _, err = cli("evaluate", str(src), "-o", str(out), *judge, capsys=capsys)

@@ -148,3 +148,52 @@ def test_failures_are_reported_through_trls_log_metric():
     assert rewards[1] == rewards[3] == 0.0
     # without log_metric (older TRL, or a plain call) nothing is logged and nothing breaks
     assert len(trl_call(reward_fn, [REF], [REF])) == 1
+
+
+def test_building_the_reward_and_naming_its_judge_load_no_model(monkeypatch):
+    """The embedded judge's model loads on the first reward call, not when the reward is
+    built or `reward_fn.judge` is read (a trainer builds its reward functions early)."""
+    from radmatch_audit.judges import factory
+
+    built = []
+
+    def counting_build_judge(config):
+        built.append(config.resolved_backend)
+        return ScriptedJudge()
+
+    monkeypatch.setattr(factory, "build_judge", counting_build_judge)
+    monkeypatch.delenv("RADMATCH_BASE_URL", raising=False)
+    monkeypatch.delenv("RADMATCH_BACKEND", raising=False)
+    reward_fn = radmatch_reward(cache=False)  # no server: the embedded judge
+    assert reward_fn.judge == {"backend": "transformers", "model": "SmolLM2-135M-Instruct",
+                               "endpoints": [], "embedded_small_judge": True}
+    assert built == []
+    trl_call(reward_fn, [C1], [REF])
+    trl_call(reward_fn, [C2], [REF])
+    assert built == ["transformers"]  # built on the first call, kept for the next
+
+
+def test_a_served_judge_is_named_from_its_configuration_before_the_first_call(monkeypatch):
+    from radmatch_audit.judges import factory
+
+    monkeypatch.setattr(factory, "build_judge", lambda config: pytest.fail("the judge was built"))
+    monkeypatch.delenv("RADMATCH_MODEL", raising=False)
+    reward_fn = radmatch_reward(base_url="http://10.0.0.5:8000/v1,http://10.0.0.6:8000/v1", cache=False)
+    assert reward_fn.judge == {"backend": "vllm", "model": "radmatch-judge",
+                               "endpoints": ["10.0.0.5:8000", "10.0.0.6:8000"],
+                               "embedded_small_judge": False}
+
+
+def test_a_reward_call_costs_three_judge_calls_a_completion_and_one_a_reference():
+    """The cost docs/metric.md states: extract, match and grade per completion, the
+    reference extracted once, and a completion seen before answered without a call."""
+    from test_metric import C3
+
+    judge = ScriptedJudge()
+    reward_fn = radmatch_reward(judge=judge, cache=False)  # the run's memory, no disk cache
+    trl_call(reward_fn, [C1, chat(C2), C3], [REF] * 3)
+    stages = [stage for stage, _ in judge.calls]
+    assert len(stages) == 1 + 3 * 3 and stages.count("extract") == 4
+    assert sum(r.usage.judge_calls for r in reward_fn.last_records) == 10  # as the records keep it
+    trl_call(reward_fn, [C1, "Small right pleural effusion."], [REF] * 2)
+    assert len(judge.calls) == 10 + 3  # only the new completion's three calls

@@ -5,6 +5,10 @@
     >>> records = evaluator.evaluate([PairInput(reference=..., candidate=...)])  # doctest: +SKIP
 
 Heavy modules (torch, transformers, outlines, openai) load only when a judge is built.
+
+The `evaluate` metric: run `radmatch-audit install-metric` once, then
+`evaluate.load("radmatch")`; without that step evaluate fails with "Couldn't find a module
+script at .../radmatch/radmatch.py" (docs/metric.md).
 """
 
 from radmatch_audit.config import JudgeConfig

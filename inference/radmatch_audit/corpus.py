@@ -278,10 +278,55 @@ GENERIC_NOTE = (
     'abnormality", to a specific rule-out: not graded, no error, no safety credit; '
     "docs/scoring.md 2-3)"
 )
+SAME_TIER_ROWS_NOTE = (
+    "  (triage and actionable are the same: no finding of either report is notable, the "
+    "one tier actionable adds to triage)"
+)
+AGREEMENT = 'README.md, "Agreement with radiologists"'
+EXPLAIN_POINTER = (
+    "what each line means: radmatch-audit summary --explain; what radiologists and a "
+    f"capable judge reach: {AGREEMENT}"
+)
+EXPLANATION = f"""What each line means (the rules: docs/scoring.md; reading one: its section 6):
+  pairs, scored, failed: pairs read; pairs with scores; pairs whose judge failed, which
+    have no scores (never 0 errors) and are listed with their reason
+  judge: the backend/model that answered; the embedded SmolLM2 judge's counts are not clinical
+  mean actionable errors per pair: the RadMatch score, units that are INC, MIS or SPU at
+    tier critical, urgent or notable, per scored pair; lower is better, 0 is a report with
+    no clinically actionable error; its 95% CI resamples whole studies
+  outcomes: the units of every tier (a unit is a group of matched findings, or one
+    finding left unmatched), counted once each:
+    COR: matched, no error
+    PAR: matched, minor errors only (e.g. a vaguer location or severity)
+    INC: matched, at least one major error (e.g. present against absent, new against stable)
+    MIS: a reference finding the candidate leaves out
+    SPU: a candidate finding the reference does not support; an unaddressed negative
+      ("No pneumothorax." where the reference is silent) is SPU but not an actionable error
+    GENERIC: a normal finding covered only by a global negative: no error, no credit
+  safety: per tier set, the share of findings whose unit is COR or PAR, pooled over pairs,
+    with its 95% Wilson CI and count; a finding counts at its own tier
+    precision: over the candidate's findings (low: it invents or gets findings wrong)
+    recall: over the reference's findings (low: it misses or gets findings wrong)
+    triage: critical and urgent findings
+    actionable: critical, urgent and notable findings; the same row as triage when no
+      finding of either report is notable
+    all: every tier, routine included: completeness (recall) and conciseness (precision)
+  subset: outcome counts and actionable errors of the units in each subset: normal (all
+    findings normal) and abnormal (at least one abnormal) split the units; comparison (a
+    finding states a change against a prior study), measurement (a finding has a number)
+  evidence attributed: per side, findings whose every evidence quote is found verbatim in
+    their report; fewer means the judge paraphrased or invented its quotes
+  stability (with --samples K): pairs whose count was the same in every sample
+  failed pairs: each failed pair's id and reason (the first 10)
+  warning: what to keep in mind: a repeated pair_id (its last record counts), or counts of
+    the embedded judge, which are not clinical
+What values mean: what radiologists reach with each other and a capable judge reaches
+  against them, as Kendall tau-b over RadPref's 200 pairs: {AGREEMENT}"""
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """A plain-text table of the corpus view, for the terminal.
+    """A plain-text table of the corpus view, for the terminal (EXPLANATION says what
+    each line means).
 
     Beyond `to_dict()`, an optional "judges" key (a list of "backend/model") is shown.
     """
@@ -304,6 +349,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{_pct(s['recall']):>10} {_ci(s['recall_ci']):<15}"
             f"{s['recall_num']:>5}/{s['recall_den']:<5}"
         )
+    if _same_tier_rows(summary["safety"]):
+        lines.append(SAME_TIER_ROWS_NOTE)
     lines.append("")
     lines.append(f"{'subset':<13}" + "".join(f"{k:>6}" for k in OUTCOME_KEYS) + "  actionable")
     for name, row in summary["subsets"].items():
@@ -337,3 +384,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     for warning in summary["warnings"]:
         lines.append(f"warning: {warning}")
     return "\n".join(lines)
+
+
+def _same_tier_rows(safety: dict[str, Any]) -> bool:
+    """True when the triage and actionable rows count the same findings: actionable adds
+    the notable tier, so the two are equal exactly when no finding on either side is notable."""
+    triage, actionable = safety.get("triage"), safety.get("actionable")
+    keys = ("precision_den", "recall_den")
+    return bool(triage and actionable) and all(triage[k] == actionable[k] for k in keys) and any(
+        triage[k] for k in keys
+    )

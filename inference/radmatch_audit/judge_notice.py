@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
@@ -23,8 +24,10 @@ class NotClinicalWarning(UserWarning):
 
 NOT_CLINICAL = (
     f"these RadMatch scores come from the embedded small judge ({EMBEDDED_MODEL}), which "
-    "only exercises the pipeline: they are not clinical. For real scores use a judge server "
-    "(serve/start_vllm.sh, then base_url / --base-url)"
+    "only exercises the pipeline: its error counts are not clinical (it has counted 0 "
+    "errors in a report that denies the reference's pleural effusion). For real scores use "
+    "a judge server (serve/start_vllm.sh, then base_url / --base-url); what a capable judge reaches: "
+    'README.md, "Agreement with radiologists"'
 )
 
 _warn_lock = threading.Lock()
@@ -54,6 +57,23 @@ def judge_identity(judge: Any) -> dict[str, Any]:
         "backend": str(getattr(judge, "backend", "") or ""),
         "model": model,
         "endpoints": [endpoint_host(u) for u in urls],
+        "embedded_small_judge": is_embedded_small(model),
+    }
+
+
+def configured_identity(config: Any) -> dict[str, Any]:
+    """What `judge_identity` will say of the judge `config` (a JudgeConfig) names, read
+    from its fields alone: naming the judge must not load a model."""
+    if config.is_small_local_model:
+        model = Path(config.local_model_dir).expanduser().name if config.local_model_dir else EMBEDDED_MODEL
+        endpoints: list[str] = []
+    else:
+        model = str(config.model or "")
+        endpoints = [endpoint_host(u) for u in config.base_urls]
+    return {
+        "backend": config.resolved_backend,
+        "model": model,
+        "endpoints": endpoints,
         "embedded_small_judge": is_embedded_small(model),
     }
 

@@ -15,6 +15,11 @@ declared once in `radmatch_audit.config` with its RADMATCH_* variable and help, 
 metric's own (`METRIC_OPTIONS`: records_path, progress, judge). `options_help()` lists
 them all with their variables and help; the metric's description shows that list.
 
+A bare `evaluate.load("radmatch")` needs `radmatch-audit install-metric` once: without it
+evaluate fails with "Couldn't find a module script at .../radmatch/radmatch.py. Module
+'radmatch' doesn't exist on the Hugging Face Hub either." (`script_path()` loads the
+installed script with no install step.)
+
 `cache_dir` and `timeout` belong to `evaluate` itself (where it buffers predictions, and
 its distributed timeout), hence `judge_cache_dir` and `timeout_s` here.
 """
@@ -32,7 +37,7 @@ from typing import Any
 from radmatch_audit.config import JudgeConfig
 from radmatch_audit.corpus import summarize
 from radmatch_audit.extras import require_local_judge
-from radmatch_audit.judge_notice import judge_identity, warn_not_clinical
+from radmatch_audit.judge_notice import configured_identity, judge_identity, warn_not_clinical
 from radmatch_audit.metric_install import script_path  # noqa: F401  (documented: radmatch_audit.metric.script_path())
 from radmatch_audit.pipeline import Evaluator
 from radmatch_audit.record_io import RecordWriter
@@ -184,8 +189,16 @@ class MetricScorer:
 
     @property
     def judge_info(self) -> dict[str, Any]:
-        """Which judge scores: backend, model, servers (host:port), embedded_small_judge."""
-        return judge_identity(self.evaluator.judge)
+        """Which judge scores: backend, model, servers (host:port), embedded_small_judge.
+        Until the first evaluation builds the judge, read from the configuration: asking
+        loads no model."""
+        with self._build_lock:
+            evaluator = self._evaluator
+        if evaluator is not None:
+            return judge_identity(evaluator.judge)
+        if self._judge is not None:
+            return judge_identity(self._judge)
+        return configured_identity(self.config)
 
     def evaluate(self, pairs: list[PairInput], *, progress: bool = False) -> tuple[list[AnyRecord], int]:
         """Records in input order and the number of judge calls this run made.

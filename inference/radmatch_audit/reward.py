@@ -26,7 +26,9 @@ for it instead: TRL then skips the sample. When every completion of a group fail
 the judge server is down), the group has no spread and GRPO learns nothing from it.
 The judge that scores is ``reward_fn.judge`` (backend, model, servers by host:port); with
 the embedded small judge the first call of the process warns (``NotClinicalWarning``)
-that the rewards are not clinical. Failures are logged as counts only, and reported
+that the rewards are not clinical: they give no learning signal (docs/metric.md, "What a
+reward call costs"). Building the reward loads nothing; the judge is built on the first
+call. Failures are logged as counts only, and reported
 through TRL's ``log_metric`` when the trainer passes it (``radmatch/failed``, ``radmatch/failed_fraction``,
 ``radmatch/mean_significant_errors`` and ``radmatch/mean_actionable_errors``, each over
 the completions that have it).

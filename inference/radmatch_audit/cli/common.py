@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-from radmatch_audit.corpus import CorpusSummary, format_summary
+from radmatch_audit.corpus import EXPLAIN_POINTER, EXPLANATION, CorpusSummary, format_summary
 from radmatch_audit.reading import judge_label
 from radmatch_audit.record_io import BadLine, loads, same_file
 
@@ -177,10 +177,13 @@ class JudgedSummary(CorpusSummary):
             self.judges.add(label)
 
 
-def print_summary(summary: CorpusSummary, *, as_json: bool, judge: Optional[dict] = None) -> None:
+def print_summary(
+    summary: CorpusSummary, *, as_json: bool, judge: Optional[dict] = None, explain: bool = False
+) -> None:
     """The summary; `judge` (judge_notice.judge_identity of the run's judge) is named
-    after it, or under "judge" in the JSON."""
-    from radmatch_audit.judge_notice import describe
+    after it, or under "judge" in the JSON. Records of the embedded small judge get a
+    warning that their counts are not clinical; `explain` explains every line."""
+    from radmatch_audit.judge_notice import NOT_CLINICAL, describe, is_embedded_small
 
     data = summary.to_dict()
     judges = getattr(summary, "judges", None)
@@ -194,3 +197,7 @@ def print_summary(summary: CorpusSummary, *, as_json: bool, judge: Optional[dict
         print(format_summary(data))
         if judge is not None:
             print(describe(judge))
+        elif any(is_embedded_small(label) for label in judges or ()):
+            print(f"warning: {NOT_CLINICAL}")
+        print()
+        print(EXPLANATION if explain else EXPLAIN_POINTER)

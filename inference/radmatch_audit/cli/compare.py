@@ -16,6 +16,8 @@ from radmatch_audit.compare import N_PERMUTATIONS, compare_records, dropped_line
 from radmatch_audit.records import Record
 from radmatch_audit.resampling import N_RESAMPLES, SEED
 
+MIN_STUDIES = 10  # as `agreement`: below it the bootstrap over studies is not a reliable 95% interval
+
 HELP = "is B better than A? paired difference in actionable errors, with interval and p"
 DESCRIPTION = (
     "Compare two records files of the same pairs (matched by pair_id): the "
@@ -24,7 +26,9 @@ DESCRIPTION = (
     "two-sided permutation p-value (sign flips by study). Pairs held by one run only, "
     "failed in either run, or with a different reference are dropped and counted. "
     "The same for significant errors (the error adjudication's count), shown first, over "
-    "the pairs whose adjudication stands in both runs."
+    "the pairs whose adjudication stands in both runs. "
+    f"It warns below {MIN_STUDIES} studies and when a run was scored by the embedded "
+    "small judge."
 )
 
 
@@ -63,11 +67,36 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"{args.a} and {args.b} have no pair_id in common: nothing to compare")
         return fail(f"no pair was scored by both {args.a} and {args.b} ({dropped_line(result['dropped'])})")
     result.update(label_a=args.a, label_b=args.b, judges={"A": sorted(judges_a), "B": sorted(judges_b)})
+    result["warnings"] = comparison_warnings(result)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(format_comparison(result))
+        for warning in result["warnings"]:
+            print(f"warning: {warning}")
     return EXIT_SOME_FAILED if bad_a or bad_b else EXIT_OK
+
+
+def comparison_warnings(result: dict) -> list[str]:
+    """Why the comparison says less than it seems to: too few studies, or a run scored by
+    the embedded small judge."""
+    from radmatch_audit.judge_notice import EMBEDDED_MODEL, is_embedded_small
+
+    warnings = []
+    studies = result["n_studies"]
+    if studies < MIN_STUDIES:
+        counted = f"{studies} {'study' if studies == 1 else 'studies'}"
+        warning = f"{counted}, fewer than {MIN_STUDIES}: the interval is not a reliable 95% interval"
+        if result["permutation"]["method"] == "exact":  # a sign vector and its mirror tie
+            warning += f"; an exact p over {counted} cannot be below {2.0 ** (1 - studies):.3g}"
+        warnings.append(warning)
+    small = [side for side, labels in result["judges"].items() if any(map(is_embedded_small, labels))]
+    if small:
+        warnings.append(
+            f"the scores of {' and '.join(small)} come from the embedded small judge ({EMBEDDED_MODEL}), "
+            "which only exercises the pipeline: they are not clinical, and neither is their difference"
+        )
+    return warnings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

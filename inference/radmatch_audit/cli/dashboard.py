@@ -13,13 +13,15 @@ DESCRIPTION = (
     "corpus scores, a sortable and filterable table of pairs, and a finding-level "
     "view of each pair. With --compare, also show the per-pair difference in "
     "actionable errors against a second records file of the same pairs, and the "
-    "paired difference per tier with its 95% interval and p-value (as `radmatch "
+    "paired difference per tier with its 95% interval and p-value (as `radmatch-audit "
     "compare`)."
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("records", help="records file (JSONL) written by radmatch")
+    p.add_argument(
+        "records", help="records file (JSONL) written by `radmatch-audit evaluate` (or `recompute`)"
+    )
     p.add_argument(
         "-o", "--output", default="report.html",
         help="HTML file to write, owner-only: it quotes the reports (default: report.html; "

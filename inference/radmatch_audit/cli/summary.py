@@ -15,7 +15,8 @@ DESCRIPTION = (
     "outcome counts, mean significant errors where the error adjudication ran and mean "
     "actionable errors, each with a 95% bootstrap interval over studies) of a records "
     "file. Stored scores are "
-    "used; a record stored without scores is scored from its stages."
+    "used; a record stored without scores is scored from its stages. --explain says "
+    "what each line means."
 )
 
 
@@ -32,10 +33,15 @@ def run(args: argparse.Namespace) -> int:
     report_bad(args.input, records.bad)
     if nothing_but_junk(records.bad, summary):
         return no_record_read(args.input)
-    print_summary(summary, as_json=args.json)
+    print_summary(summary, as_json=args.json, explain=args.explain)
     return EXIT_SOME_FAILED if records.bad else EXIT_OK
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="IN.jsonl")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print the summary as JSON")
+    form.add_argument(
+        "--explain", action="store_true",
+        help="end the text summary with what each of its lines and terms means",
+    )
