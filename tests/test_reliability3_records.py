@@ -23,8 +23,8 @@ from radmatch_audit.records import Record
 from radmatch_audit.testing.fake_server import StubServer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_reliability import cli_command, cli_env, synthetic_pairs, write_jsonl  # noqa: E402
-from test_reliability2 import evaluate_cli, evaluator, pair_inputs, write_records  # noqa: E402
+from test_reliability import cli_command, cli_env, synthetic_pairs, write_jsonl
+from test_reliability2 import evaluate_cli, evaluator, pair_inputs, write_records
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +173,9 @@ def test_a_malformed_older_record_is_a_named_bad_line_everywhere(tmp_path, score
     page = tmp_path / "page.html"  # the dashboard lists bad lines on its page
     assert main(["dashboard", str(path), "-o", str(page)]) in (0, 1)
     assert page.is_file() and "Traceback" not in capsys.readouterr().err
+    radpref = Path(__file__).parent / "data" / "radpref"  # agreement counts bad lines as unreadable
+    assert main(["agreement", str(path), "--annotations", str(radpref), "--json"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_resume_past_a_malformed_older_record_evaluates_its_pair_again(tmp_path, scored, capsys):

@@ -18,8 +18,8 @@ from typing import Iterator, Optional, Union
 
 from radmatch_audit.corpus import CorpusSummary, format_summary
 from radmatch_audit.reading import judge_label
+from radmatch_audit.record_io import BadLine, iter_lines, loads, lock_problem, same_file
 from radmatch_audit.records import Record
-from radmatch_audit.record_io import BadLine, iter_lines, lock_problem, loads, same_file
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE
