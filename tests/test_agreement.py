@@ -160,6 +160,51 @@ def test_radpref_counts_by_hand_for_three_cases():
     assert c.targets["total"] == pytest.approx(4 / 3) and c.targets["significant"] == 0
 
 
+def _malform(annotations: dict, how: str) -> None:
+    """Break the first case's C1 annotation of one radiologist the way `how` says."""
+    case = next(iter(annotations))
+    c1 = annotations[case]["C1"]
+    if how == "candidates as a list":
+        annotations[case] = [annotations[case]["C1"], annotations[case]["C2"]]
+    elif how == "finding_errors as a list":
+        c1["finding_errors"] = list(c1["finding_errors"].values())
+    elif how == "an error as a string":
+        c1["finding_errors"] = {"1": "false finding"}
+    elif how == "missing_findings as a list":
+        c1["missing_findings"] = list(c1["missing_findings"].values())
+    elif how == "attributes as a list":
+        c1["finding_errors"] = {"1": {"error_type": "attribute", "attributes": ["location"]}}
+
+
+MALFORMED_RADPREF = ["candidates as a list", "finding_errors as a list", "an error as a string",
+                     "missing_findings as a list", "attributes as a list"]
+
+
+@pytest.mark.parametrize("how", MALFORMED_RADPREF)
+def test_a_malformed_radpref_file_is_one_error_line_naming_it(tmp_path, capsys, how):
+    """Issue 36, item 16: lists where objects belong, an error given as a string: the
+    loader names the file and the case, and `agreement` (with --emit-pairs too) exits 2
+    with one line, never a traceback."""
+    import shutil
+
+    from radmatch_audit.cli import main
+
+    folder = tmp_path / "radpref"
+    shutil.copytree(RADPREF, folder)
+    user = folder / "user_2.json"
+    doc = json.loads(user.read_text(encoding="utf-8"))
+    _malform(doc["annotations"], how)
+    user.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(AnnotationError, match=f"user_2.json: case {next(iter(doc['annotations']))}"):
+        load_annotations(str(folder), "radpref")
+    for extra in (["--emit-pairs", str(tmp_path / "pairs.jsonl")], [str(tmp_path / "none.jsonl")]):
+        assert main(["agreement", "--annotations", str(folder), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert str(user) in err
+    assert not (tmp_path / "pairs.jsonl").exists()
+
+
 def test_radpref_pairs_join_the_annotations():
     ann = load_annotations(str(RADPREF), "radpref")
     rows = list(ann.pair_rows())

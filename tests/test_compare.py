@@ -102,8 +102,9 @@ def test_sign_flips_keep_a_studys_pairs_together():
 
 
 def test_interval_is_resamplings_mean_interval_over_studies_seeded():
-    a = [scored(f"p{i}", f"s{i // 3}" if i % 4 else None, {"urgent": i % 2}) for i in range(24)]
-    b = [scored(f"p{i}", f"s{i // 3}" if i % 4 else None, {"urgent": (i * 7) % 3}) for i in range(24)]
+    # ids in sorted order: compare takes the pairs by pair_id (item 12 of issue 36)
+    a = [scored(f"p{i:02d}", f"s{i // 3}" if i % 4 else None, {"urgent": i % 2}) for i in range(24)]
+    b = [scored(f"p{i:02d}", f"s{i // 3}" if i % 4 else None, {"urgent": (i * 7) % 3}) for i in range(24)]
     result = compare_records(a, b)
     diffs = [tier_errors(rb)["actionable"] - tier_errors(ra)["actionable"] for ra, rb in zip(a, b)]
     studies = [r.study_id or ("own", r.pair_id) for r in a]  # no study id: its own study
@@ -113,6 +114,25 @@ def test_interval_is_resamplings_mean_interval_over_studies_seeded():
     assert result["n_studies"] == len(set(studies))
     assert compare_records(a, b) == result  # seeded: the same records, the same numbers
     assert compare_records(a, b, seed=1)["rows"] != result["rows"]
+
+
+def test_the_result_does_not_depend_on_the_order_of_records():
+    """Issue 36, item 12: the same records in other orders (of A, of B, of both) give the
+    same interval and p-value, for the exact and the Monte Carlo permutation test."""
+    import random
+
+    for n_studies in (6, 20):  # 2**6 sign vectors: exact; 2**20: monte carlo
+        a = [scored(f"p{i:02d}", f"s{i % n_studies}" if i % 5 else None, {"urgent": i % 3})
+             for i in range(2 * n_studies)]
+        b = [scored(f"p{i:02d}", f"s{i % n_studies}" if i % 5 else None, {"urgent": (i * 7) % 4, "critical": i % 2})
+             for i in range(2 * n_studies)]
+        result = compare_records(a, b, n_resamples=500, n_permutations=2000)
+        shuffle = random.Random(3)
+        for _ in range(5):
+            a2, b2 = a[:], b[:]
+            shuffle.shuffle(a2)
+            shuffle.shuffle(b2)
+            assert compare_records(a2, b2, n_resamples=500, n_permutations=2000) == result
 
 
 def test_pairs_not_scored_by_both_are_dropped_with_their_reason():

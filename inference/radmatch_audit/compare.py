@@ -70,7 +70,10 @@ def _scored(record: Record) -> bool:
 
 
 def paired(records_a: Iterable[Record], records_b: Iterable[Record]):
-    """(pairs both runs scored as (a, b) in A's order, dropped counts by reason)."""
+    """(pairs both runs scored as (a, b) sorted by pair_id, dropped counts by reason).
+
+    Sorted, so that the resampling and the sign flips, which draw studies by position,
+    give one result for one set of records whatever the order of their lines."""
     a, b = last_by_pair(records_a), last_by_pair(records_b)  # the last record of a pair counts
     dropped = dict.fromkeys(DROP_REASONS, 0)
     dropped["only_in_a"] = sum(1 for pid in a if pid not in b)
@@ -91,6 +94,7 @@ def paired(records_a: Iterable[Record], records_b: Iterable[Record]):
             dropped["different_reference"] += 1
         else:
             both.append((rec_a, rec_b))
+    both.sort(key=lambda pair: pair[0].pair_id)
     return both, dropped
 
 

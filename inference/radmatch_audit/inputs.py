@@ -221,8 +221,11 @@ def _require_columns(path: Path, present: list[str], cols: dict[str, str], where
 def _read_dataset(path: Path, cols: dict[str, str], split: Optional[str]):
     try:
         import datasets
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError(f"reading a saved dataset needs `datasets`: {install_command('metric')}") from exc
+    except ImportError:
+        raise InputError(
+            f"{path} is a folder, read as a saved dataset, which needs `datasets`: "
+            f"{install_command('metric')}"
+        ) from None
     try:
         data = datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as exc:

@@ -18,7 +18,12 @@ BASELINE = "baseline"  # the `record_type` of a baseline record; an audit record
 
 
 class UnknownSchemaVersion(ValueError):
-    pass
+    """A record this radmatch cannot read: `newer` when a later radmatch wrote it (a
+    higher schema_version, or a record_type this one does not know)."""
+
+    def __init__(self, message: str, *, newer: bool = False) -> None:
+        super().__init__(message)
+        self.newer = newer
 
 
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +61,8 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     stages = data.get("stages")
     if isinstance(stages, dict) and "grading" in stages:
         data["stages"] = {**stages, "grading": _keyed_grading(stages["grading"], "stages.grading")}
-    for i, sample in enumerate(data.get("samples") or []):
+    samples = data.get("samples")
+    for i, sample in enumerate(samples if isinstance(samples, list) else []):  # else validation names it
         sample_stages = sample.get("stages") if isinstance(sample, dict) else None
         if isinstance(sample_stages, dict) and "grading" in sample_stages:
             sample["stages"] = {
@@ -97,17 +103,21 @@ _FORMATS: dict[Optional[str], tuple[int, Migrations]] = {
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
     """Bring a record dict up to its kind's current version, or raise UnknownSchemaVersion."""
     kind = data.get("record_type")
+    if kind is not None and not isinstance(kind, str):
+        raise ValueError(f"field 'record_type' must be text, got {type(kind).__name__}")
     if kind not in _FORMATS:
         raise UnknownSchemaVersion(
             f"record_type {kind!r} is not known to this radmatch (it reads audit records, "
-            f"without a record_type, and {BASELINE!r} records); upgrade radmatch to read it"
+            f"without a record_type, and {BASELINE!r} records); upgrade radmatch to read it",
+            newer=True,
         )
     current, steps = _FORMATS[kind]
     version = data.get("schema_version", current)
-    if not isinstance(version, int) or version < 1 or version > current:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1 or version > current:
         raise UnknownSchemaVersion(
             f"schema_version {version!r} is not supported by this radmatch "
-            f"(it reads versions 1 to {current}); upgrade radmatch to read it"
+            f"(it reads versions 1 to {current}); upgrade radmatch to read it",
+            newer=isinstance(version, int) and not isinstance(version, bool) and version > current,
         )
     while version < current:
         data = steps[version](data)

@@ -3,17 +3,20 @@
 Reading streams (memory stays flat in the number of records). The writer creates
 its file owner-only (0600: records hold report text), flushes every line, and can
 resume a file an interrupted run left: complete records are kept, a torn last line
-is dropped.
+is dropped. A run that writes a file anew or resumes it holds an exclusive lock on it
+(`flock`) until it ends, so that a second run on the same file is refused, never mixed in.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, TextIO, Union
@@ -21,6 +24,7 @@ from typing import Any, Iterator, Optional, TextIO, Union
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from radmatch_audit import records as _records
+from radmatch_audit.migrations import UnknownSchemaVersion
 from radmatch_audit.records import Record, migrate
 
 PRIVATE_FILE_MODE = 0o600
@@ -209,6 +213,8 @@ def kept_for_resume(path: Union[str, Path], inputs: Optional[dict[str, bytes]] =
     row), a record whose reference, candidate, indication or modality differs from its
     row is dropped too (evaluated again), and a record of a pair not in `inputs` is kept
     but not done. Only ids, digests and line numbers are held, never records.
+
+    Raises NewerRecords at a record of a newer format: dropping it would lose it.
     """
     kept: dict[str, int] = {}
     changed: set[str] = set()
@@ -222,6 +228,10 @@ def kept_for_resume(path: Union[str, Path], inputs: Optional[dict[str, bytes]] =
                 break  # torn by an interrupted write
             try:
                 record = parse_record(raw, ignore_scores=False)
+            except UnknownSchemaVersion as exc:
+                if exc.newer:
+                    raise NewerRecords(path, line_no + 1, exc) from None
+                continue
             except (ValueError, ValidationError):
                 continue
             pid = record.pair_id
@@ -239,16 +249,6 @@ def kept_for_resume(path: Union[str, Path], inputs: Optional[dict[str, bytes]] =
     return Resumed(kept, {p for p in kept if p in inputs}, len(changed), {p for p in kept if p not in inputs})
 
 
-def _keep_lines(path: Path, line_numbers: set[int]) -> None:
-    """Rewrite `path` with only the given lines, atomically (a crash leaves it whole)."""
-    tmp = path.with_name(path.name + ".resume-tmp")
-    with open(path, encoding="utf-8", errors="surrogateescape") as src, open_private(tmp, "w") as dst:
-        for line_no, raw in enumerate(src):
-            if line_no in line_numbers:
-                dst.write(raw)
-    os.replace(tmp, path)
-
-
 class RecordsWriteError(Exception):
     """Writing the records file failed (a full disk, a quota, a file size limit)."""
 
@@ -262,6 +262,121 @@ class RecordsWriteError(Exception):
         self.errno = exc.errno
 
 
+class RecordsRefused(Exception):
+    """The records file must not be written as asked; the message says why (one line)."""
+
+
+class NewerRecords(RecordsRefused):
+    """`--resume` met a record of a newer format, which it would drop."""
+
+    def __init__(self, path: Union[str, Path], line_no: int, exc: UnknownSchemaVersion) -> None:
+        super().__init__(
+            f"{path}: line {line_no} holds a record of a newer format ({str(exc).split(' (')[0]}), "
+            "which --resume would drop; resume it with the radmatch that wrote it, or name another -o file"
+        )
+
+
+class RecordsInUse(RecordsRefused):
+    """Another run holds the records file's lock."""
+
+    def __init__(self, path: Union[str, Path], pid: Optional[int]) -> None:
+        run = f"another radmatch-audit run (pid {pid})" if pid else "another radmatch-audit run"
+        super().__init__(f"{path} is being written by {run}; wait for it to end, or name another -o file")
+
+
+def _lock_holder(fd: int) -> Optional[int]:
+    """The process holding a `flock` on fd's file, from /proc/locks (Linux), or None."""
+    st = os.fstat(fd)
+    where = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:131090 0 EOF"
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = parts[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == where:
+                return int(parts[4])
+        except ValueError:
+            continue
+    return None
+
+
+def _open_locked(path: Path, *, truncate: bool) -> int:
+    """A descriptor of regular file `path` (created 0600) holding an exclusive lock on
+    it; the file is truncated only once the lock is ours.
+
+    Raises RecordsInUse when another run holds the lock, or replaced the file meanwhile.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RecordsInUse(path, _lock_holder(fd)) from None
+        if not _is_open_at(fd, path):  # a resuming run swapped the file in between
+            raise RecordsInUse(path, None)
+        if truncate:
+            os.ftruncate(fd, 0)
+            os.fchmod(fd, PRIVATE_FILE_MODE)  # an existing file is rewritten private too
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def lock_problem(path: Union[str, Path]) -> Optional[str]:
+    """Why `path` cannot be written now (another run holds its lock), or None; a look
+    before the judge loads. The writer takes the lock itself."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None  # missing, or unreadable: opening it for writing says why
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return str(RecordsInUse(path, _lock_holder(fd)))
+        return None
+    finally:
+        os.close(fd)  # and with it the lock, if it was taken
+
+
+def _is_open_at(fd: int, path: Path) -> bool:
+    try:
+        st, now = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _keep_lines(path: Path, line_numbers: set[int]) -> int:
+    """Rewrite `path` with only the given lines, atomically (a crash leaves it whole), and
+    return a descriptor that holds the new file's lock. A symbolic link stays: its target
+    is rewritten, through a temporary file in the target's own folder."""
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".resume-tmp")
+    try:  # mkstemp creates it 0600
+        fcntl.flock(fd, fcntl.LOCK_EX)  # locked before its name is the records file's
+        with open(target, encoding="utf-8", errors="surrogateescape") as src, \
+                os.fdopen(os.dup(fd), "w", encoding="utf-8", errors="surrogateescape") as dst:
+            for line_no, raw in enumerate(src):
+                if line_no in line_numbers:
+                    dst.write(raw)
+        os.replace(tmp, target)
+    except BaseException:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return fd
+
+
 class RecordWriter:
     """Write records to a JSONL file, one flushed line each, owner-only.
 
@@ -269,20 +384,44 @@ class RecordWriter:
     and appends after it; `resumed.done` (also `done`) names the pairs it holds; with
     `inputs` (pair_id -> `pair_fingerprint`) records of changed rows are dropped. A device
     or FIFO is written as it is and keeps nothing. A failed write raises RecordsWriteError.
+
+    Unless `append` (the metric's `records_path`), the writer holds an exclusive lock on
+    a regular file from before it is emptied or rewritten until it is closed: another
+    writer raises RecordsInUse. Resuming past a record of a newer format raises NewerRecords.
     """
 
     def __init__(self, path: Union[str, Path], *, append: bool = False, resume: bool = False,
                  inputs: Optional[dict[str, bytes]] = None) -> None:
         self.path = Path(path)
         self.resumed = Resumed({}, set())
+        self._lock: Optional[int] = None
         try:
-            if resume and self.path.exists() and is_regular_or_new(self.path):
-                self.resumed = kept_for_resume(self.path, inputs)
-                _keep_lines(self.path, set(self.resumed.lines.values()))
-            self._handle = open_private(self.path, "a" if append or resume else "w")
-        except OSError as exc:  # a full disk, a folder that refuses writing
-            raise RecordsWriteError(self.path, exc) from None
+            if not append and is_regular_or_new(self.path):
+                self._lock = self._locked(resume, inputs)
+            self._handle = open_private(self.path, "a" if append or self._lock is not None else "w")
+        except BaseException as exc:
+            self._unlock()
+            if isinstance(exc, OSError):  # a full disk, a folder that refuses writing
+                raise RecordsWriteError(self.path, exc) from None
+            raise
         self.done = self.resumed.done
+
+    def _locked(self, resume: bool, inputs: Optional[dict[str, bytes]]) -> int:
+        """The lock, taken before the file is emptied (a new run) or rewritten (resume)."""
+        fd = _open_locked(self.path, truncate=not resume)
+        if not resume:
+            return fd
+        try:
+            self.resumed = kept_for_resume(self.path, inputs)
+            kept = _keep_lines(self.path, set(self.resumed.lines.values()))
+        finally:
+            os.close(fd)  # the old file's lock: the new file's is held already
+        return kept
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def write(self, record: Record) -> None:
         try:
@@ -296,6 +435,8 @@ class RecordWriter:
             self._handle.close()
         except OSError as exc:
             raise RecordsWriteError(self.path, exc) from None
+        finally:
+            self._unlock()
 
     def __enter__(self) -> "RecordWriter":
         return self

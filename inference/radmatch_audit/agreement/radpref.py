@@ -35,10 +35,23 @@ ENDPOINTS = [
 ]
 
 
+def _objects(marked: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The objects under `marked[key]` (an object of objects, or absent)."""
+    entries = marked.get(key) or {}
+    if not isinstance(entries, dict):
+        raise AnnotationError(f"'{key}' must be an object, got {type(entries).__name__}")
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise AnnotationError(f"'{key}' entry {name!r} must be an object, got {type(entry).__name__}")
+    return list(entries.values())
+
+
 def count_errors(marked: dict[str, Any]) -> dict[str, int]:
-    """One radiologist's counts for one candidate (the keys of ENDPOINTS)."""
+    """One radiologist's counts for one candidate (the keys of ENDPOINTS).
+
+    Raises AnnotationError, naming the key, at a value of the wrong kind."""
     counts = dict.fromkeys(("total", "significant", "false", "missing", "attribute"), 0)
-    for error in (marked.get("finding_errors") or {}).values():
+    for error in _objects(marked, "finding_errors"):
         kind = error.get("error_type")
         if kind == "false":
             counts["total"] += 1
@@ -46,14 +59,17 @@ def count_errors(marked: dict[str, Any]) -> dict[str, int]:
                 counts["significant"] += 1
                 counts["false"] += 1
         elif kind == "attribute":
-            for grade in (error.get("attributes") or {}).values():
+            attributes = error.get("attributes") or {}
+            if not isinstance(attributes, dict):
+                raise AnnotationError(f"'attributes' must be an object, got {type(attributes).__name__}")
+            for grade in attributes.values():
                 counts["total"] += 1
                 if grade == "significant":
                     counts["significant"] += 1
                     counts["attribute"] += 1
         else:
             raise AnnotationError(f"unknown error_type {kind!r} (expected 'false' or 'attribute')")
-    for missing in (marked.get("missing_findings") or {}).values():
+    for missing in _objects(marked, "missing_findings"):
         counts["total"] += 1
         if missing.get("clinical_significance") in SIGNIFICANT:
             counts["significant"] += 1
@@ -105,15 +121,19 @@ def load_radpref(folder: str | Path) -> AnnotationSet:
         cid = str(case["id"])
         for slot in SLOTS:
             per_rater, ratings = [], []
-            for marks in raters:
-                marked = (marks.get(cid) or {}).get(slot)
+            for path, marks in zip(users, raters):
+                case_marks = marks.get(cid) or {}
+                if not isinstance(case_marks, dict):
+                    raise AnnotationError(f"{path}: case {cid}: expected an object of candidates, "
+                                          f"got {type(case_marks).__name__}")
+                marked = case_marks.get(slot)
                 if not isinstance(marked, dict):
                     per_rater.append(None)
                     continue
                 try:
                     per_rater.append(count_errors(marked))
                 except AnnotationError as exc:
-                    raise AnnotationError(f"case {cid} {slot}: {exc}") from None
+                    raise AnnotationError(f"{path}: case {cid} {slot}: {exc}") from None
                 if isinstance(marked.get("rating"), (int, float)):
                     ratings.append(float(marked["rating"]))
             present = [c for c in per_rater if c is not None]

@@ -38,10 +38,7 @@ def run(args: argparse.Namespace) -> int:
                 bad.append((pair_id, where, item))
     except (ValueError, OSError) as exc:
         return fail(str(exc))
-    ids = [job[0] for job in jobs] + [b[0] for b in bad]
-    if len(set(ids)) != len(ids):
-        return fail(f"{args.input}: pair ids must be unique")
-    if not ids:
+    if not jobs and not bad:
         return fail(f"{args.input} holds no pairs")
     output = Path(args.output)
     problem = output_problem(output, args.input) or existing_output(output, force=args.force)

@@ -18,7 +18,8 @@ from typing import Iterator, Optional, Union
 
 from radmatch_audit.corpus import EXPLAIN_POINTER, EXPLANATION, CorpusSummary, format_summary
 from radmatch_audit.reading import judge_label
-from radmatch_audit.record_io import BadLine, loads, same_file
+from radmatch_audit.record_io import BadLine, iter_lines, loads, lock_problem, same_file
+from radmatch_audit.records import Record
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE
@@ -47,25 +48,55 @@ def open_input(path: str):
 
 
 def output_problem(output: Union[str, Path], input_path: str, *, folder: bool = True) -> Optional[str]:
-    """Why `output` cannot be written for `input_path` (its folder is missing, or it is
-    the input itself), or None."""
+    """Why `output` cannot be written for `input_path` (its folder is missing, it is the
+    input itself, or it lies in the input's folder: a saved dataset), or None."""
     output = Path(output)
     if folder and not output.parent.is_dir():
         return f"cannot write {output}: the folder {output.parent} does not exist"
     if same_file(output, input_path):
         return (f"the output {output} is the input file {input_path} (the same file, "
                 "maybe under another name or a hard link); name another file")
+    if os.path.isdir(input_path) and _inside_folder(output, Path(input_path)):
+        return (f"the output {output} is inside the input folder {input_path} (a saved "
+                "dataset, whose files must stay as they are); name a file outside it")
     return None
 
 
+def _inside_folder(path: Path, folder: Path) -> bool:
+    """`path` lies in `folder` (through any link), or is a hard link to a file in it."""
+    if path.resolve().is_relative_to(folder.resolve()):
+        return True
+    return path.is_file() and any(same_file(path, inner) for inner in folder.rglob("*") if inner.is_file())
+
+
 def existing_output(output: Union[str, Path], *, force: bool, resume: Optional[bool] = None) -> Optional[str]:
-    """Why OUT must not be written as asked: it holds records and neither --force (replace
-    them) nor, for a command that has it, --resume (keep them) was given; None when it may be."""
+    """Why OUT must not be written as asked, or None when it may be: another run is
+    writing it; it holds records and neither --force (replace them) nor, for a command
+    that has it, --resume (keep them) was given; --resume was given but it is no records
+    file (--resume rewrites OUT, and would lose whatever is not a record)."""
     path = Path(output)
-    if resume or force or not path.is_file() or path.stat().st_size == 0:
-        return None
+    in_use = lock_problem(path)
+    if in_use or force or not path.is_file() or path.stat().st_size == 0:
+        return in_use
+    if resume:
+        return _resume_problem(str(output))
     keep = "add --resume to keep them and evaluate the rest, or " if resume is not None else "add "
     return f"{output} exists and holds records: {keep}--force to replace it"
+
+
+def _resume_problem(output: str) -> Optional[str]:
+    """Why --resume must not rewrite `output`: it holds input pairs, or no record."""
+    problem = check_records_file(output)
+    try:
+        if problem is None and not any(
+            isinstance(item, Record) or _record_like(item.raw) for _, item in iter_lines(output)
+        ):
+            problem = not_records(output, "no line of it is a record")
+    except UnicodeDecodeError:
+        problem = f"cannot read {output}: it is not UTF-8 text"
+    if problem is None:
+        return None
+    return f"--resume keeps only the records of {output}, and {problem}; name the records file, or --force to replace it"
 
 
 def note_replacing(output: Union[str, Path]) -> None:

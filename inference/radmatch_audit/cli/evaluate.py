@@ -38,20 +38,13 @@ def _scan(args: argparse.Namespace, modality: str) -> tuple[int, int, dict[str, 
     """Read the input once: (rows, bad rows, pair_id -> fingerprint of its row), naming
     the first bad rows on stderr. `--resume` evaluates again a record whose row changed.
 
-    Raises ValueError for a repeated pair_id: nothing has been written yet.
+    Raises ValueError for a repeated pair_id (`pair_rows`): nothing has been written yet.
     """
     from radmatch_audit.record_io import pair_fingerprint
 
-    first_seen: dict[str, str] = {}
     fingerprints: dict[str, bytes] = {}
     rows = bad = 0
     for pair_id, where, item in pair_rows(args):
-        if pair_id in first_seen:
-            raise ValueError(
-                f"{args.input}: pair_id {pair_id!r} of {where} already appears at "
-                f"{first_seen[pair_id]}; pair ids must be unique"
-            )
-        first_seen[pair_id] = where
         rows += 1
         if _is_pair(item):  # the record's modality is the row's, else the run's
             fingerprints[pair_id] = pair_fingerprint(
@@ -83,7 +76,7 @@ def _evaluate(args: argparse.Namespace, stopper: RunStopper) -> int:
     from radmatch_audit.judge_notice import judge_identity
     from radmatch_audit.judges.base import JudgeUnavailable
     from radmatch_audit.pipeline import Evaluator, freeze_setup_heap
-    from radmatch_audit.record_io import RecordsWriteError
+    from radmatch_audit.record_io import RecordsRefused, RecordsWriteError
 
     try:
         config = judge_config(args)
@@ -116,7 +109,7 @@ def _evaluate(args: argparse.Namespace, stopper: RunStopper) -> int:
         judge = judge_identity(evaluator.judge)
         try:
             summary = _write_records(args, evaluator, rows, fingerprints, stopper)
-        except RecordsWriteError as exc:
+        except (RecordsWriteError, RecordsRefused) as exc:
             return fail(str(exc))
     print_summary(summary, as_json=args.json, judge=judge)
     failed = summary.to_dict()["n_failed"]

@@ -30,14 +30,32 @@ def add_pairs_arguments(parser: argparse.ArgumentParser, limit_help: str) -> Non
 
 
 def pair_rows(args: argparse.Namespace) -> Iterator[tuple[str, str, object]]:
-    """(pair_id, where, pair or problem) per row; a row's id is its own, else its position."""
+    """(pair_id, where, pair or problem) per row; a row's id is its own, else its position.
+
+    Raises ValueError (nothing has been written yet) at an id that an earlier row holds,
+    naming both rows, and saying so when one of the two ids is a position.
+    """
     from radmatch_audit.inputs import read_pairs
 
     columns = {field: getattr(args, f"{field}_column") for _, field in COLUMN_FLAGS}
+    seen: dict[str, tuple[str, bool]] = {}  # pair_id -> (where, whether the row gave it)
     for position, (where, item) in enumerate(read_pairs(args.input, columns=columns, split=args.split)):
         if args.limit and position >= args.limit:
             return
-        yield (item.pair_id or str(position)), where, item
+        pair_id = item.pair_id or str(position)
+        if pair_id in seen:
+            raise ValueError(f"{args.input}: {_repeated_id(pair_id, seen[pair_id], (where, bool(item.pair_id)))}")
+        seen[pair_id] = where, bool(item.pair_id)
+        yield pair_id, where, item
+
+
+def _repeated_id(pair_id: str, first: tuple[str, bool], second: tuple[str, bool]) -> str:
+    """Why two rows have one id: both give it, or one takes it as its position."""
+    if first[1] and second[1]:
+        return f"pair_id {pair_id!r} of {second[0]} already appears at {first[0]}; pair ids must be unique"
+    positional, given = (first, second) if second[1] else (second, first)
+    return (f"{positional[0]} has no pair_id and takes its position, {pair_id!r}, as its id, "
+            f"which {given[0]} gives as its pair_id; give every row a pair_id")
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, title: str, *,
