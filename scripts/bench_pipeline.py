@@ -111,10 +111,10 @@ def time_round_trips(judge: Any) -> list[float]:
     took: list[float] = []
     post = judge._post
 
-    async def timed(path: str, payload: bytes) -> bytes:
+    async def timed(path: str, payload: bytes, *args: Any, **kwargs: Any) -> bytes:
         started = time.perf_counter()
         try:
-            return await post(path, payload)
+            return await post(path, payload, *args, **kwargs)
         finally:
             took.append(time.perf_counter() - started)
 

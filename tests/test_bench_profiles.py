@@ -78,9 +78,9 @@ PIPELINE_BENCH = BENCH.with_name("bench_pipeline.py")
 
 def test_pipeline_benchmark_shares_calls_and_reruns_from_the_cache():
     """Two references x 4 candidates against the fake server: each reference's extraction
-    is asked once for its 4 candidates and its indication is read by code (3.25 calls a
-    pair, not 4), a rerun over the same answer cache asks nothing, and the timing figures
-    are filled in."""
+    is asked once for its 4 candidates and its indication is read by code (4.25 calls a
+    pair with the adjudication, not 5), a rerun over the same answer cache asks nothing,
+    and the timing figures are filled in."""
     proc = subprocess.run(
         [sys.executable, str(PIPELINE_BENCH), "--references", "2", "--candidates", "4",
          "--latency", "0.05", "--concurrency", "8", "--capacity", "8", "--json"],
@@ -89,8 +89,8 @@ def test_pipeline_benchmark_shares_calls_and_reruns_from_the_cache():
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert (result["pairs"], result["failed"]) == (8, 0)
-    assert result["judge_calls_per_pair_cold"] == 3.25
-    assert result["server_requests_cold"] == 26 and result["graph_problems"] == []
+    assert result["judge_calls_per_pair_cold"] == 4.25
+    assert result["server_requests_cold"] == 34 and result["graph_problems"] == []
     assert (result["judge_calls_rerun"], result["server_requests_rerun"]) == (0, 0)
     assert 0 < result["efficiency"] <= 1.0
     assert result["transport_ms_per_call"] is not None
@@ -115,8 +115,8 @@ def test_pipeline_benchmark_measures_a_server_level_by_level_with_thinking_off()
     assert [level["in_flight"] for level in result["levels"]] == [1, 2]
     for level in result["levels"]:
         assert (level["pairs"], level["failed"]) == (4, 0)
-        assert level["judge_calls_per_pair"] == 3.25  # one reference, 4 candidates, per level
+        assert level["judge_calls_per_pair"] == 4.25  # one reference, 4 candidates, per level
         assert level["completion_tokens_per_pair"] > 0 and level["prompt_tokens_per_pair"] > 0
         assert 0 < level["prefix_cache_hit_rate"] <= 1
-    assert result["references"] == 2 and len(bodies) == 26  # no level reused the other's pairs
+    assert result["references"] == 2 and len(bodies) == 34  # no level reused the other's pairs
     assert all(body["chat_template_kwargs"] == {"enable_thinking": False} for body in bodies)

@@ -78,7 +78,7 @@ def test_a_cancelled_waiter_gives_its_slot_on():
 
 
 def test_a_pairs_first_stage_has_the_longest_chain():
-    assert CHAIN == {"extract": 3, "match": 2, "grade": 1}
+    assert CHAIN == {"extract": 4, "match": 3, "grade": 2, "adjudicate": 1}
 
 
 def test_stream_switches_once_the_input_is_read_to_its_end():

@@ -93,7 +93,7 @@ def _evaluate(reference, indication=None, limits=SERVER_LIMITS):
 def test_the_read_indication_reaches_every_stage_without_a_judge_call():
     record, calls = _evaluate("INDICATION: Trauma.\nFINDINGS: Small left pneumothorax. Clear lungs.")
     assert record.error is None and record.stages.indication == "Trauma."
-    assert sorted(stage for stage, _ in calls) == ["extract", "extract", "grade", "match"]
+    assert sorted(stage for stage, _ in calls) == ["adjudicate", "extract", "extract", "grade", "match"]
     assert all(user["indication"] == "Trauma." for _, user in calls)
     assert set(record.judge.prompt_version) == {"extract", "match", "grade", "adjudicate"}
 

@@ -32,7 +32,7 @@ def make_evaluator(server, tmp_path, *, retries=3, timeout_s=30.0, cache=True, a
         concurrency=concurrency,
         cache_dir=tmp_path / "cache" if cache else None,
         limits=SERVER_LIMITS,
-        max_tokens={"extract": 2048, "match": 1024, "grade": 1024},
+        max_tokens={"extract": 2048, "match": 1024, "grade": 1024, "adjudicate": 512},
         retries=retries,
         backoff_s=0.01,
         **options,
@@ -62,10 +62,10 @@ def test_requests_carry_schema_temperature_budget_and_a_static_prefix(tmp_path):
         schema = body["structured_outputs"]["json"]
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert body["temperature"] == 0
-        assert body["max_tokens"] in (2048, 1024)
+        assert body["max_tokens"] in (2048, 1024, 512)
         assert body["model"] == "stub-judge"
         stages.setdefault(stage_of(body), []).append(body["messages"])
-    assert set(stages) == {"ExtractionAnswer", "MatchingAnswer", "GradingAnswer"}
+    assert set(stages) == {"ExtractionAnswer", "MatchingAnswer", "GradingAnswer", "AdjudicationAnswer"}
     for stage, calls in stages.items():
         prefixes = {json.dumps(messages[:-1]) for messages in calls}
         assert len(prefixes) == 1, f"{stage}: the static prefix differs between calls"
@@ -82,9 +82,11 @@ def test_shared_reference_is_extracted_once_and_a_rerun_sends_nothing(tmp_path):
         assert len(server.chat_requests()) == cold  # no request at all on the rerun
     extracts = [b for b in server.chat_requests() if stage_of(b) == "ExtractionAnswer"]
     assert len(extracts) == 1 + len(CANDIDATES)  # the shared reference once
-    # per pair: its extraction, matching and grading (the last candidate matches nothing:
-    # no grading), and a quarter of the shared reference's extraction
-    assert cold == 1 + 4 + 4 + 3 and cold / len(CANDIDATES) <= 3.25
+    # per pair: its extraction, matching, grading (the last candidate matches nothing: no
+    # grading) and adjudication, and a quarter of the shared reference's extraction
+    adjudications = sum(stage_of(b) == "AdjudicationAnswer" for b in server.chat_requests())
+    assert adjudications == sum(any(u.outcome != "COR" for u in r.scores.units) for r in first)
+    assert cold == 1 + 4 + 4 + 3 + adjudications and cold / len(CANDIDATES) <= 4.25
     assert [r.scores for r in first] == [r.scores for r in second]
     assert all(r.usage.cached and r.usage.judge_calls == 0 for r in second)
     assert sum(r.usage.judge_calls for r in first) == cold
@@ -133,7 +135,7 @@ def test_invalid_json_answer_is_retried_once_then_fails(tmp_path):
         (record,) = run_once(server, tmp_path, one_call, cache=False)
     assert record.scores is None and "answer is not valid JSON" in record.error
     with StubServer(faults=["garbage"]) as server:
-        (record,) = run_once(server, tmp_path, one_call, cache=False)
+        (record,) = run_once(server, tmp_path, one_call, cache=False, adjudication=False)
     assert record.error is None and len(server.chat_requests()) == 2
 
 

@@ -184,16 +184,17 @@ def test_a_served_judge_is_named_from_its_configuration_before_the_first_call(mo
                                "embedded_small_judge": False}
 
 
-def test_a_reward_call_costs_three_judge_calls_a_completion_and_one_a_reference():
-    """The cost docs/metric.md states: extract, match and grade per completion, the
-    reference extracted once, and a completion seen before answered without a call."""
+def test_a_reward_call_costs_four_judge_calls_a_completion_and_one_a_reference():
+    """The cost docs/metric.md states: extract, match, grade and adjudicate per completion
+    that differs from its reference, the reference extracted once, and a completion seen
+    before answered without a call."""
     from test_metric import C3
 
     judge = ScriptedJudge()
     reward_fn = radmatch_reward(judge=judge, cache=False)  # the run's memory, no disk cache
     trl_call(reward_fn, [C1, chat(C2), C3], [REF] * 3)
     stages = [stage for stage, _ in judge.calls]
-    assert len(stages) == 1 + 3 * 3 and stages.count("extract") == 4
-    assert sum(r.usage.judge_calls for r in reward_fn.last_records) == 10  # as the records keep it
+    assert len(stages) == 1 + 3 * 4 and stages.count("extract") == 4 and stages.count("adjudicate") == 3
+    assert sum(r.usage.judge_calls for r in reward_fn.last_records) == 13  # as the records keep it
     trl_call(reward_fn, [C1, "Small right pleural effusion."], [REF] * 2)
-    assert len(judge.calls) == 10 + 3  # only the new completion's three calls
+    assert len(judge.calls) == 13 + 4  # only the new completion's four calls

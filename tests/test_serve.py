@@ -1071,16 +1071,16 @@ def test_check_compiles_the_client_schemas_and_runs_a_real_extraction(stub, tmp_
     assert "a real extraction with the server's default thinking gave 1 valid finding(s)" in result.stdout
 
     requests = recorded(record)
-    assert len(requests) == 5  # the test schema, three answer schemas, one extraction
+    assert len(requests) == 6  # the test schema, four answer schemas, one extraction
     client = OpenAICompatibleJudge(base_url=url + "/v1", model="radmatch-judge")
     models = answer_models(SERVER_LIMITS)
-    for request, stage in zip(requests[1:4], ["extract", "match", "grade"]):
+    for request, stage in zip(requests[1:5], ["extract", "match", "grade", "adjudicate"]):
         sent = request["body"]["structured_outputs"]["json"]
         wanted = client.constraint(models.for_stage(stage))["structured_outputs"]["json"]
         # byte for byte what the client sends: the server's grammar cache is keyed on it
         assert json.dumps(sent) == json.dumps(wanted)
         assert request["body"]["max_tokens"] == 1
-    extraction = requests[4]["body"]
+    extraction = requests[5]["body"]
     assert "chat_template_kwargs" not in extraction  # the server's default thinking
     assert extraction["max_tokens"] == SERVER_MAX_TOKENS["extract"]
     assert extraction["messages"][0] == {"role": "system", "content": load_instructions("extract")}
@@ -1120,7 +1120,7 @@ def test_the_real_extraction_fits_the_servers_context_as_the_client_does(stub, t
     url = stub(STUB_RECORD=str(record), STUB_MAX_MODEL_LEN=str(one))  # room for one exemplar
     result = check(url)
     assert result.returncode == 0, result.stderr
-    extraction = recorded(record)[4]["body"]
+    extraction = recorded(record)[5]["body"]
     assert len(extraction["messages"]) == 4  # instructions, one exemplar (2 turns), the report
     assert extraction["messages"][0]["role"] == "system"
     none = estimate_tokens(build_messages("extract", "chest_xray", user, 0)) + kit.max_tokens

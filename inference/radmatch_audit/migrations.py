@@ -84,7 +84,8 @@ def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
     absent before: not run) and what each unit adds to `actionable_errors` (under the
     contract a version-3 record was scored by, 1 for an actionable unit, else 0)."""
     _unit_counts(data.get("scores"))
-    for sample in data.get("samples") or []:
+    samples = data.get("samples")
+    for sample in samples if isinstance(samples, list) else ():  # a malformed one: validation names it
         if isinstance(sample, dict):
             _unit_counts(sample.get("scores"))
     return data
