@@ -1,10 +1,10 @@
 """RadMatch as a Hugging Face `evaluate` metric: metadata and a thin adapter.
 
 The pipeline, the scoring and the output shape live in the `radmatch` package
-(`radmatch_audit.metric`); this file only declares the metric. Load it with any of::
+(`radmatch_audit.hf.metric`); this file only declares the metric. Load it with any of::
 
     evaluate.load("radmatch")                          # after `radmatch-audit install-metric`
-    evaluate.load(radmatch_audit.metric.script_path())       # from the installed package
+    evaluate.load(radmatch_audit.hf.metric.script_path())       # from the installed package
     evaluate.load("path/to/radmatch_metric.py")        # from a checkout
 
 All three work offline (HF_EVALUATE_OFFLINE=1).
@@ -13,7 +13,7 @@ All three work offline (HF_EVALUATE_OFFLINE=1).
 import datasets
 import evaluate
 
-import radmatch_audit.metric
+import radmatch_audit.hf.metric
 
 _HOMEPAGE = "https://github.com/raidium-med/RadMatch"
 _LICENSE = "Apache-2.0"
@@ -26,7 +26,7 @@ _CITATION = """\
   note   = {Raidium, Paris, France}
 }
 """
-EXTRAS = radmatch_audit.metric.PER_PAIR_EXTRAS
+EXTRAS = radmatch_audit.hf.metric.PER_PAIR_EXTRAS
 
 _DESCRIPTION = """\
 RadMatch scores a candidate radiology report against a reference report by counting
@@ -42,7 +42,7 @@ variables; keyword arguments win): with no base_url the embedded CPU judge
 OpenAI-compatible server (vLLM, `serve/start_vllm.sh`) is used. Report text is sent
 only to loopback or private-network addresses unless allow_remote_endpoint=True.
 Options:
-""" + radmatch_audit.metric.options_help() + """
+""" + radmatch_audit.hf.metric.options_help() + """
 Judge answers are cached on disk (cache=False to turn off) and in memory for the life
 of the metric object: re-evaluating the same references every epoch costs judge calls
 only for the new candidates.
@@ -103,12 +103,12 @@ Examples:
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RadMatch(evaluate.Metric):
-    """Counts clinically actionable errors of candidate reports; see `radmatch_audit.metric`."""
+    """Counts clinically actionable errors of candidate reports; see `radmatch_audit.hf.metric`."""
 
     def __init__(self, **kwargs):
-        module_kwargs, options = radmatch_audit.metric.split_init_kwargs(kwargs)
+        module_kwargs, options = radmatch_audit.hf.metric.split_init_kwargs(kwargs)
         super().__init__(**module_kwargs)
-        self._scorer = radmatch_audit.metric.MetricScorer(**options)
+        self._scorer = radmatch_audit.hf.metric.MetricScorer(**options)
         self._final_extras = {}
 
     def _info(self):
@@ -130,14 +130,14 @@ class RadMatch(evaluate.Metric):
         """Add pairs, with any per-pair extras (`indications`, `study_ids`, `pair_ids`,
         `modalities`) as lists of the batch's length (`modalities` may be one string)."""
         n = len(predictions) if predictions is not None else len(references or [])
-        extras = radmatch_audit.metric.batch_extras(n, kwargs)
+        extras = radmatch_audit.hf.metric.batch_extras(n, kwargs)
         return super().add_batch(predictions=predictions, references=references, **extras)
 
     def add(self, *, prediction=None, reference=None, **kwargs):
         """Add one pair; extras by their singular names (`study_id=...`) or the plural ones."""
         singular = {name[:-1]: name for name in EXTRAS}
         given = {singular.get(k, k): v for k, v in kwargs.items()}
-        extras = radmatch_audit.metric.batch_extras(1, {k: None if v is None else [v] for k, v in given.items()})
+        extras = radmatch_audit.hf.metric.batch_extras(1, {k: None if v is None else [v] for k, v in given.items()})
         return super().add(prediction=prediction, reference=reference,
                            **{k: v[0] for k, v in extras.items()})
 
@@ -152,9 +152,9 @@ class RadMatch(evaluate.Metric):
                 self._final_extras = {}
         n = len(predictions) if predictions is not None else len(references)
         return super().compute(predictions=predictions, references=references,
-                               **radmatch_audit.metric.batch_extras(n, extras), **kwargs)
+                               **radmatch_audit.hf.metric.batch_extras(n, extras), **kwargs)
 
     def _compute(self, predictions, references, progress=None, **columns):
         unknown = {k: v for k, v in columns.items() if k not in EXTRAS}  # refused, with a hint
-        extras = radmatch_audit.metric.stored_extras(columns, self._final_extras)
+        extras = radmatch_audit.hf.metric.stored_extras(columns, self._final_extras)
         return self._scorer.compute(predictions, references, progress=progress, **extras, **unknown)

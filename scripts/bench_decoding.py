@@ -36,11 +36,11 @@ def main() -> None:
     import torch
     from transformers import DynamicCache
 
-    from radmatch_audit.config import JudgeConfig
+    from radmatch_audit.judges.config import JudgeConfig
     from radmatch_audit.judges import decoding
     from radmatch_audit.judges.local import LocalTransformersJudge
-    from radmatch_audit.pipeline import Evaluator
-    from radmatch_audit.records import PairInput
+    from radmatch_audit.run.pipeline import Evaluator
+    from radmatch_audit.core.records import PairInput
 
     judge = LocalTransformersJudge()
     calls: list[dict] = []

@@ -49,7 +49,7 @@ def served_schema(stage: str, bounded_strings: bool) -> str:
     """The JSON schema the client sends for `stage`, as vLLM receives it (a JSON string)."""
     from outlines.models.vllm import VLLMTypeAdapter
 
-    from radmatch_audit.schemas import CANONICAL_LIMITS, SERVER_LIMITS, answer_models
+    from radmatch_audit.core.schemas import CANONICAL_LIMITS, SERVER_LIMITS, answer_models
 
     strings = ("text", "quote", "unit", "reasoning", "indication")
     # the served caps with every free-text string capped at its canonical length, or free
@@ -64,7 +64,7 @@ def synthetic_vocabulary(size: int) -> tuple[list[bytes], int]:
     """`size` distinct token byte strings (index = token id) and the EOS id."""
     from transformers import AutoTokenizer
 
-    from radmatch_audit import smollm
+    from radmatch_audit.judges import smollm
 
     tokenizer = AutoTokenizer.from_pretrained(smollm.ensure_hf_dir())
     special = set(tokenizer.all_special_tokens)

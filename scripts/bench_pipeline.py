@@ -25,7 +25,7 @@ through `Evaluator.run`. Reported:
   (importing Outlines, each stage's request field) is done before the clock and
   reported apart. The client runs as `radmatch-audit evaluate` does: the objects alive after
   its setup are left out of the garbage collector's later passes
-  (`radmatch_audit.pipeline.freeze_setup_heap`).
+  (`radmatch_audit.run.pipeline.freeze_setup_heap`).
 
 Answer tokens (--answer-tokens [--records FILE] [--answers FILE]): the decode cost of
 each stage's answer, counted without a judge: completion tokens per answer and per pair
@@ -61,7 +61,7 @@ import urllib.request
 from typing import Any, Callable, Optional
 
 from radmatch_audit import Evaluator, JudgeConfig, PairInput
-from radmatch_audit.pipeline import freeze_setup_heap
+from radmatch_audit.run.pipeline import freeze_setup_heap
 from radmatch_audit.testing.makespan import ideal_makespan
 from radmatch_audit.testing.reports import INDICATIONS, SENTENCES
 
@@ -240,7 +240,7 @@ def token_counter() -> tuple[str, Callable[[list[dict[str, Any]]], int]]:
     try:
         from transformers import AutoTokenizer
 
-        from radmatch_audit.smollm import ensure_hf_dir
+        from radmatch_audit.judges.smollm import ensure_hf_dir
 
         tokenizer = AutoTokenizer.from_pretrained(str(ensure_hf_dir()))
 
@@ -426,7 +426,7 @@ def _authored_answers(path: str) -> dict[str, list[dict[str, Any]]]:
 def answer_tokens(records_path: Optional[str], answers_path: Optional[str] = None) -> dict[str, Any]:
     """Completion tokens per answer and per pair, before and after the compact rendering."""
     from radmatch_audit.stages import MODALITIES, compact_answer, load_exemplars
-    from radmatch_audit.record_io import read_records
+    from radmatch_audit.files.record_io import read_records
 
     counted_by, count = token_counter()
 

@@ -32,9 +32,9 @@ import tempfile
 import time
 
 from radmatch_audit.cli.common import WRITE_BUFFER
-from radmatch_audit.corpus import CorpusSummary
-from radmatch_audit.recompute import recompute_lines, score_record
-from radmatch_audit.record_io import parse_record
+from radmatch_audit.read.corpus import CorpusSummary
+from radmatch_audit.read.recompute import recompute_lines, score_record
+from radmatch_audit.files.record_io import parse_record
 from radmatch_audit.testing.synthetic import PROFILES
 
 

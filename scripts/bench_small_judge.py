@@ -25,7 +25,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from radmatch_audit import smollm
+    from radmatch_audit.judges import smollm
 
     torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(smollm.ensure_hf_dir(), dtype=torch.float32).eval()

@@ -24,7 +24,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
 import bench_pipeline  # noqa: E402
 from vllm_server import start_vllm_server  # noqa: E402
 
-from radmatch_audit import smollm  # noqa: E402
+from radmatch_audit.judges import smollm  # noqa: E402
 
 
 def main() -> int:

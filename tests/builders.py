@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from radmatch_audit.records import Record, Stages
-from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
+from radmatch_audit.core.records import Record, Stages
+from radmatch_audit.core.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
 
 
 def m(value: float, unit: Optional[str], category: str = "size", prior: bool = False) -> Measurement:
@@ -126,7 +126,7 @@ def adjudicated(
     each); `unlisted`: descriptions of errors no unit holds. `state` "failed" stores a
     failed call, "stale" an answer to units other than those scoring derives now.
     """
-    from radmatch_audit.schemas import (
+    from radmatch_audit.core.schemas import (
         AdjudicationAnswer,
         AdjudicationStage,
         ShownUnit,

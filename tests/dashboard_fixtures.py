@@ -7,10 +7,10 @@ import random
 from collections.abc import Iterable
 from pathlib import Path
 
-from radmatch_audit.recompute import score_record
-from radmatch_audit.record_io import RecordWriter
-from radmatch_audit.records import Failure, Record, Stages
-from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer, MatchRow
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.files.record_io import RecordWriter
+from radmatch_audit.core.records import Failure, Record, Stages
+from radmatch_audit.core.schemas import Finding, GradingStage, MatchingAnswer, MatchRow
 
 XSS_IMG = "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">"
 XSS_SCRIPT = "<script>window.__pwned=2;document.title='pwned'</script>"
@@ -382,7 +382,7 @@ def demo_records() -> list[Record]:
 
 SMALL_JUDGE = {
     "backend": "transformers",
-    "model": "SmolLM2-135M-Instruct",  # how the embedded judge names itself (radmatch_audit.smollm)
+    "model": "SmolLM2-135M-Instruct",  # how the embedded judge names itself (radmatch_audit.judges.smollm)
     "prompt_version": {"indication": "v3-1a2b3c", "extract": "v5-4d5e6f", "match": "v4-778899",
                        "grade": "v2-aabbcc"},
     "fewshot_set": "chest_xray",

@@ -21,7 +21,7 @@ from typing import Iterable, Optional
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from radmatch_audit.schemas import Measurement
+from radmatch_audit.core.schemas import Measurement
 from radmatch_audit.scoring.results import UnitError
 
 UNIT_SYNONYMS = {
@@ -229,7 +229,7 @@ def scored_by_legacy(record):
     """`score_record` with this comparator in place of the current one (the old rule)."""
     from unittest import mock
 
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     with mock.patch("radmatch_audit.scoring.score.measurement_errors", measurement_errors):
         return score_record(record)

@@ -17,10 +17,10 @@ from builders import f, fig3_record, grading, matching, record, row
 from pydantic import ValidationError
 
 from radmatch_audit import Evaluator, PairInput
-from radmatch_audit.config import JudgeConfig
+from radmatch_audit.judges.config import JudgeConfig
 from radmatch_audit.judges.base import JudgeError
-from radmatch_audit.records import load_record
-from radmatch_audit.schemas import (
+from radmatch_audit.core.records import load_record
+from radmatch_audit.core.schemas import (
     SERVER_LIMITS, SMALL_MODEL_LIMITS, AdjudicationAnswer, AdjudicationStage, ShownUnit, answer_models,
     validation_models,
 )

@@ -19,7 +19,7 @@ from radmatch_audit.agreement.radevalexpert import load_radevalexpert, parse_cel
 from radmatch_audit.agreement.report import compare, preference, to_markdown
 from radmatch_audit.agreement.rexval import load_rexval
 from radmatch_audit.agreement.stats import agreement, blocked_tau_b, kendall_tau_b, pearson_r
-from radmatch_audit.resampling import group_by_study
+from radmatch_audit.read.resampling import group_by_study
 
 RADPREF = Path(__file__).resolve().parent / "data" / "radpref"  # shipped: see its README.md
 
@@ -372,7 +372,7 @@ def _radmatch_line(pair_id: str, actionable: int, significant: int, state: str =
     `significant` errors (as unlisted ones); `state` "off" writes it as version 3."""
     from builders import adjudicated, f, matching, record, version3_line
 
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     gt = [f(f"gt_{i}", sig="urgent") for i in range(actionable)] or [f("gt_0", status="normal")]
     rec = record(pair_id, gt, [], matching([], [], [g.id for g in gt]))

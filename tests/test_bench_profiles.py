@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from radmatch_audit.recompute import score_record
+from radmatch_audit.read.recompute import score_record
 from radmatch_audit.testing.fake_server import StubServer
 from radmatch_audit.testing.synthetic import realistic_record, stress_record
 

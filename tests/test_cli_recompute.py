@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from builders import adjudicated, f, fig3_record, matching, record, version3_line
-from radmatch_audit.corpus import summarize, wilson_interval
-from radmatch_audit.record_io import parse_record, read_records
-from radmatch_audit.records import SCHEMA_VERSION
-from radmatch_audit.vocabulary import STAGES
+from radmatch_audit.read.corpus import summarize, wilson_interval
+from radmatch_audit.files.record_io import parse_record, read_records
+from radmatch_audit.core.records import SCHEMA_VERSION
+from radmatch_audit.core.vocabulary import STAGES
 
 
 def run_cli(*args, check=False):
@@ -97,7 +97,7 @@ def test_failed_pairs_are_counted_apart_and_never_scored(tmp_path):
 
 
 def test_summary_pools_counts_and_wilson_intervals(tmp_path):
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     recs = [score_record(fig3_record(f"p{i}")) for i in range(3)]
     summary = summarize(recs).to_dict()
@@ -111,7 +111,7 @@ def test_summary_pools_counts_and_wilson_intervals(tmp_path):
 
 
 def test_duplicate_pair_ids_keep_the_last_record_with_a_warning():
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     first = score_record(fig3_record("same"))
     last = score_record(record("same", [f("gt_1", sig="urgent")], [], matching([], [], ["gt_1"])))
@@ -121,7 +121,7 @@ def test_duplicate_pair_ids_keep_the_last_record_with_a_warning():
 
 
 def test_a_repeated_pair_id_replaces_its_failure_or_its_scores():
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     scored = score_record(fig3_record("same"))
     failed = fig3_record("same").model_copy(update={"error": "judge timed out"})
@@ -134,7 +134,7 @@ def test_a_repeated_pair_id_replaces_its_failure_or_its_scores():
 
 
 def test_null_ratios_stay_null_in_the_corpus():
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     rec = score_record(record("r", [f("gt_1")], [], matching([], [], ["gt_1"])))
     triage = summarize([rec]).to_dict()["safety"]["triage"]
@@ -157,7 +157,7 @@ def test_record_round_trip_keeps_the_contract_keys():
 
 
 def test_old_schema_versions_go_through_the_migration_list(monkeypatch):
-    import radmatch_audit.records as records
+    import radmatch_audit.core.records as records
 
     def v3_to_v4(data):
         data = dict(data)
@@ -180,7 +180,7 @@ def test_old_schema_versions_go_through_the_migration_list(monkeypatch):
 @pytest.mark.parametrize("stored", [None, {"actionable_errors": 99}, [1, 2], "garbage", 7])
 def test_recompute_reads_no_stored_scores_and_keeps_extra_keys(tmp_path, stored):
     """Stored scores of any shape are skipped unread; keys beyond the contract survive."""
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     data = json.loads(fig3_record().to_json())
     data["scores"] = stored
@@ -199,7 +199,7 @@ def test_recompute_reads_no_stored_scores_and_keeps_extra_keys(tmp_path, stored)
 def test_ignoring_scores_still_reports_errors_elsewhere_by_field():
     from pydantic import ValidationError
 
-    from radmatch_audit.record_io import describe_error
+    from radmatch_audit.files.record_io import describe_error
 
     data = json.loads(fig3_record().to_json())
     data["stages"]["reference_findings"][0]["clinical_status"] = "maybe"
@@ -210,7 +210,7 @@ def test_ignoring_scores_still_reports_errors_elsewhere_by_field():
 
 def _with_errors(pair_id: str, study_id, errors: int):
     """A scored record with `errors` actionable errors (missed urgent findings)."""
-    from radmatch_audit.recompute import score_record
+    from radmatch_audit.read.recompute import score_record
 
     gt = [f(f"gt_{i}", sig="urgent") for i in range(1, errors + 1)] or [f("gt_1", sig="routine")]
     rec = record(pair_id, gt, [], matching([], [], [g.id for g in gt]))
@@ -221,7 +221,7 @@ def _with_errors(pair_id: str, study_id, errors: int):
 
 
 def test_summary_mean_has_a_seeded_bootstrap_interval_over_studies(tmp_path):
-    from radmatch_audit.resampling import mean_interval
+    from radmatch_audit.read.resampling import mean_interval
 
     # two studies of two pairs each, and two pairs without a study id (their own studies)
     recs = [_with_errors("a1", "A", 0), _with_errors("a2", "A", 1), _with_errors("b1", "B", 3),
@@ -247,7 +247,7 @@ def test_summary_mean_has_a_seeded_bootstrap_interval_over_studies(tmp_path):
 
 
 def test_summary_mean_significant_errors_counts_only_pairs_whose_adjudication_stands(tmp_path):
-    from radmatch_audit.resampling import mean_interval
+    from radmatch_audit.read.resampling import mean_interval
 
     # A: two adjudicated pairs; B: one adjudicated, one stale; c: failed adjudication;
     # d: an old (version 3) record, never adjudicated

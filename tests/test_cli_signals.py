@@ -29,7 +29,7 @@ BOUND_S = 6.0  # the goal is 2 s; the machine is shared and busy
 THREAD_JUDGE = textwrap.dedent("""
     import asyncio, sys, threading, time
     from pathlib import Path
-    from radmatch_audit.config import JudgeConfig
+    from radmatch_audit.judges.config import JudgeConfig
 
     class StuckJudge:
         backend, model, context_window = "transformers", "stuck-judge", 8192

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from builders import adjudicated, f, matching, record, version3_line
-from radmatch_audit.compare import (
+from radmatch_audit.read.compare import (
     compare_records,
     format_comparison,
     sign_flip_p_values,
     tier_errors,
 )
-from radmatch_audit.recompute import score_record
-from radmatch_audit.record_io import RecordWriter
-from radmatch_audit.resampling import group_by_study, mean_interval
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.files.record_io import RecordWriter
+from radmatch_audit.read.resampling import group_by_study, mean_interval
 
 
 def scored(pair_id: str, study, misses: dict[str, int], reference: str | None = None):

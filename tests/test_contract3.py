@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from builders import f, matching, record, row
-from radmatch_audit.recompute import score_record
-from radmatch_audit.schemas import (
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.core.schemas import (
     CANONICAL_LIMITS,
     SERVER_LIMITS,
     SMALL_MODEL_LIMITS,
@@ -31,7 +31,7 @@ from radmatch_audit.schemas import (
     answer_models,
 )
 from radmatch_audit.scoring.comparators import measurement_errors, normalise
-from radmatch_audit.thresholds import parse_table
+from radmatch_audit.core.thresholds import parse_table
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_RECORDS = REPO / "tests" / "data" / "records_bdb6a1e.jsonl.gz"
@@ -183,7 +183,7 @@ def test_every_answer_profile_admits_position(limits):
 def test_records_store_and_read_position_values():
     rec = score_record(record("p", [f("gt_1", measurements=[pos(5, "cm")])],
                               [f("p_1", measurements=[pos(3, "cm")])], matching([row("p_1", "gt_1")])))
-    from radmatch_audit.record_io import parse_record
+    from radmatch_audit.files.record_io import parse_record
 
     again = parse_record(rec.to_json())
     assert again.stages.candidate_findings[0].measurements[0].category == "position"
@@ -294,7 +294,7 @@ def test_the_table_needs_one_known_side_per_threshold():
 def recomputed(tmp_path_factory):
     """The records written at bdb6a1e, and the same after `radmatch-audit recompute` (the CLI)."""
     from radmatch_audit.cli import main
-    from radmatch_audit.record_io import parse_record
+    from radmatch_audit.files.record_io import parse_record
 
     script = load_script()
     folder = tmp_path_factory.mktemp("old")
@@ -466,7 +466,7 @@ def test_docs_log_the_contract_changes():
 
 
 def test_the_records_shown_in_the_docs_recompute_with_every_change_explained():
-    from radmatch_audit.record_io import parse_record
+    from radmatch_audit.files.record_io import parse_record
 
     script = load_script()
     shown = 0
@@ -481,7 +481,7 @@ def test_the_records_shown_in_the_docs_recompute_with_every_change_explained():
 
 
 def test_compare_counts_an_unaddressed_negative_in_no_actionable_tier():
-    from radmatch_audit.compare import TOTAL, tier_errors
+    from radmatch_audit.read.compare import TOTAL, tier_errors
 
     counts = tier_errors(score_record(spu_record(("normal", "urgent"), ("abnormal", "notable"),
                                                  ("normal", "routine"))))

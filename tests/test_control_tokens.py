@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from radmatch_audit import Evaluator, PairInput
-from radmatch_audit.control_strings import neutralise_markers, restore_markers, tokenizer_tokens
+from radmatch_audit.core.control_strings import neutralise_markers, restore_markers, tokenizer_tokens
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 
 def smollm_tokenizer():
-    from radmatch_audit import smollm
+    from radmatch_audit.judges import smollm
 
     folder = smollm._model_dir() / "hf-fp32"
     if not (folder / "tokenizer.json").is_file():

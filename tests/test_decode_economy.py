@@ -5,7 +5,7 @@ import json
 import pytest
 
 from radmatch_audit.stages import MODALITIES, compact_answer, drop_defaults, finding_view, load_exemplars, stage_prompt
-from radmatch_audit.schemas import ANSWER_MODELS, Finding, own_quote
+from radmatch_audit.core.schemas import ANSWER_MODELS, Finding, own_quote
 
 CELLS = [(m, s) for m in MODALITIES for s in ("extract", "match", "grade")]
 

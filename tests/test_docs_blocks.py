@@ -40,7 +40,7 @@ from typing import Iterator, Optional
 import pytest
 
 from radmatch_audit.cli.app import COMMANDS, build_parser
-from radmatch_audit.config import SERVER_CONCURRENCY
+from radmatch_audit.judges.config import SERVER_CONCURRENCY
 from radmatch_audit.testing.fake_server import StubServer
 
 REPO = Path(__file__).resolve().parents[1]

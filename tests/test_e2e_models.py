@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit import Evaluator, PairInput, read_records
-from radmatch_audit.config import SMALL_MODEL_MAX_TOKENS
-from radmatch_audit.schemas import SMALL_MODEL_LIMITS, answer_models
+from radmatch_audit.judges.config import SMALL_MODEL_MAX_TOKENS
+from radmatch_audit.core.schemas import SMALL_MODEL_LIMITS, answer_models
 from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
 from radmatch_audit.stages import build_messages
 

@@ -2,7 +2,7 @@
 the scoring code makes of its answer ("expected") is what the code makes of it.
 
 The answers are played back the way a judge's answer travels: validated on arrival for
-the rows sent (keyed grading), stored in a record, scored by `radmatch_audit.recompute`:
+the rows sent (keyed grading), stored in a record, scored by `radmatch_audit.read.recompute`:
 - grade: every pair as its own 1:1 direct unit, with the exemplar's grading entry ->
   the unit's outcome (COR, PAR or INC);
 - match: the matching as given, repaired, no grading -> the numbers of MIS, SPU and
@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from radmatch_audit.stages import fewshot_dir, load_exemplars
-from radmatch_audit.recompute import score_record
-from radmatch_audit.records import Record, Stages
-from radmatch_audit.schemas import (
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.core.records import Record, Stages
+from radmatch_audit.core.schemas import (
     SERVER_LIMITS,
     AdjudicationStage,
     SMALL_MODEL_LIMITS,
@@ -35,10 +35,10 @@ from radmatch_audit.schemas import (
     answer_models,
     validation_models,
 )
-from radmatch_audit.scores import Unit
+from radmatch_audit.core.scores import Unit
 from radmatch_audit.scoring.adjudication import adjudicated_counts
 from radmatch_audit.stages import rows_to_grade
-from radmatch_audit.vocabulary import MODALITIES
+from radmatch_audit.core.vocabulary import MODALITIES
 
 OUTCOMES = {"COR", "PAR", "INC"}
 MATCH_KEYS = ("mis", "spu", "generic", "actionable_unmatched")

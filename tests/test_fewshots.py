@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit import stages as P
-from radmatch_audit.schemas import (
+from radmatch_audit.core.schemas import (
     ANSWER_MODELS,
     SMALL_MODEL_LIMITS,
     answer_models,
@@ -746,7 +746,7 @@ def test_an_addendum_supersedes_what_it_corrects():
 
 
 def _smollm_tokenizer():
-    from radmatch_audit import smollm
+    from radmatch_audit.judges import smollm
 
     folder = smollm._model_dir() / "hf-fp32"
     if not (folder / "tokenizer.json").is_file():
@@ -780,8 +780,8 @@ def _typical_input(stage: str, modality: str) -> dict:
 def test_small_judge_keeps_at_least_one_exemplar():
     """Rule 7: with a typical pair, every modality's prompt of every stage fits SmolLM2's
     8k window with its answer budget and at least one exemplar, the most valuable first."""
-    from radmatch_audit.config import SMALL_MODEL_MAX_TOKENS
-    from radmatch_audit.smollm import CONTEXT_WINDOW
+    from radmatch_audit.judges.config import SMALL_MODEL_MAX_TOKENS
+    from radmatch_audit.judges.smollm import CONTEXT_WINDOW
 
     tokenizer = _smollm_tokenizer()
 

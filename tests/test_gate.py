@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from radmatch_audit.stages import CHAIN
-from radmatch_audit.gate import CallGate
-from radmatch_audit.loop import stream
+from radmatch_audit.run.gate import CallGate
+from radmatch_audit.run.loop import stream
 
 
 async def _served_order(gate: CallGate, waiters: list[tuple[float, int]], switch: bool = False) -> list:

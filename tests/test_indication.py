@@ -1,12 +1,12 @@
-"""The indication read by code from the reference (radmatch_audit.indication, docs/judge.md rule 14)."""
+"""The indication read by code from the reference (radmatch_audit.stages.indication, docs/judge.md rule 14)."""
 
 from __future__ import annotations
 
 import pytest
 
 from radmatch_audit import Evaluator, PairInput
-from radmatch_audit.indication import cap_indication, read_indication
-from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS
+from radmatch_audit.stages.indication import cap_indication, read_indication
+from radmatch_audit.core.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS
 from radmatch_audit.stages import find_indication
 from radmatch_audit.testing.scripted import ScriptedJudge
 

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from radmatch_audit import paths
+from radmatch_audit.files import paths
 
 
 class _Recorded:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit import Evaluator, PairInput
-from radmatch_audit.record_io import parse_record
-from radmatch_audit.records import SCHEMA_VERSION, migrate
-from radmatch_audit.recompute import score_record
-from radmatch_audit.schemas import GradingStage
+from radmatch_audit.files.record_io import parse_record
+from radmatch_audit.core.records import SCHEMA_VERSION, migrate
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.core.schemas import GradingStage
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 OLD_RECORDS = Path(__file__).parent / "data" / "records_bdb6a1e.jsonl.gz"  # written at bdb6a1e (v2)
@@ -202,7 +202,7 @@ def test_control_markers_reach_the_judge_as_plain_text_and_the_record_keeps_the_
 
 
 def test_neutralising_keeps_ordinary_angle_brackets_and_round_trips():
-    from radmatch_audit.control_strings import neutralise_markers, restore_markers
+    from radmatch_audit.core.control_strings import neutralise_markers, restore_markers
 
     plain = "Node <10 mm> short axis; a<b, c>d; <b>bold</b>; x <- y"
     assert neutralise_markers(plain) == (plain, 0)

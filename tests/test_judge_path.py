@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from radmatch_audit import Evaluator, PairInput
-from radmatch_audit.cache import AnswerCache, cache_key
-from radmatch_audit.inputs import InputError, RowProblem, read_pairs
+from radmatch_audit.run.cache import AnswerCache, cache_key
+from radmatch_audit.files.inputs import InputError, RowProblem, read_pairs
 from radmatch_audit.judges.endpoints import check_url, is_local_endpoint
-from radmatch_audit.loop import LoopThread
+from radmatch_audit.run.loop import LoopThread
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 # ---------------------------------------------------------------------- endpoints
@@ -189,8 +189,8 @@ def test_context_budget_failure_names_its_stage_once():
 
 
 def test_records_file_is_owner_only(tmp_path):
-    from radmatch_audit.record_io import RecordWriter
-    from radmatch_audit.records import failed_input
+    from radmatch_audit.files.record_io import RecordWriter
+    from radmatch_audit.core.records import failed_input
 
     path = tmp_path / "records.jsonl"
     path.write_text("old\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, validation_models
+from radmatch_audit.core.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, validation_models
 
 
 @pytest.mark.parametrize("limits", [SERVER_LIMITS, SMALL_MODEL_LIMITS])

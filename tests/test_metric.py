@@ -1,4 +1,4 @@
-"""The evaluate metric (radmatch_metric.py -> radmatch_audit.metric) and `radmatch-audit install-metric`.
+"""The evaluate metric (radmatch_metric.py -> radmatch_audit.hf.metric) and `radmatch-audit install-metric`.
 
 Fast tests drive the metric with a scripted judge (orchestration only) or with a judge
 endpoint that refuses connections (every pair fails: a real failure path). Loading is
@@ -24,10 +24,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pytest
 
 from radmatch_audit import Evaluator, JudgeConfig, PairInput
-from radmatch_audit.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
+from radmatch_audit.hf.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
 from radmatch_audit.cli import build_parser
-from radmatch_audit.metric_install import install_metric, script_path
-from radmatch_audit.record_io import read_records
+from radmatch_audit.hf.metric_install import install_metric, script_path
+from radmatch_audit.files.record_io import read_records
 from radmatch_audit.testing.scripted import RecordingJudge, ScriptedJudge
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,13 +149,13 @@ def test_load_from_checkout_file_offline(tmp_path):
 
 
 def test_load_from_installed_package_one_liner(tmp_path):
-    """The documented one-liner: evaluate.load(radmatch_audit.metric.script_path())."""
+    """The documented one-liner: evaluate.load(radmatch_audit.hf.metric.script_path())."""
     proc = run_python(
         f"""
         import json
         import evaluate
-        import radmatch_audit.metric
-        metric = evaluate.load(radmatch_audit.metric.script_path(), base_url={CLOSED_URL!r}, retries=1, cache=False)
+        import radmatch_audit.hf.metric
+        metric = evaluate.load(radmatch_audit.hf.metric.script_path(), base_url={CLOSED_URL!r}, retries=1, cache=False)
         """,
         FAILING_COMPUTE,
         cwd=tmp_path, env=offline_env(tmp_path),
@@ -355,7 +355,7 @@ def test_compute_shows_the_clis_progress_bar_unless_turned_off(capsys, monkeypat
 
 
 def test_mean_actionable_errors_has_a_seeded_interval_over_studies():
-    from radmatch_audit.resampling import mean_interval
+    from radmatch_audit.read.resampling import mean_interval
 
     metric = load_metric(judge=ScriptedJudge(), cache=False, progress=False)
     kwargs = dict(
@@ -492,7 +492,7 @@ def test_bare_name_before_install_metric_fails_with_the_message_the_docs_pair_wi
     """evaluate's own error names neither RadMatch nor the fix: docs/metric.md shows it
     beside `radmatch-audit install-metric`, as the package's docstrings do."""
     import radmatch_audit
-    import radmatch_audit.metric
+    import radmatch_audit.hf.metric
 
     proc = subprocess.run(
         [sys.executable, "-c", 'import evaluate; evaluate.load("radmatch")'],
@@ -505,6 +505,6 @@ def test_bare_name_before_install_metric_fails_with_the_message_the_docs_pair_wi
     shown = doc.index(message)
     assert doc.rfind("radmatch-audit install-metric", 0, shown) > shown - 600  # the fix, beside it
     assert "radmatch-audit install-metric" in doc[shown:shown + 400]
-    for module in (radmatch_audit, radmatch_audit.metric):
+    for module in (radmatch_audit, radmatch_audit.hf.metric):
         assert "radmatch-audit install-metric" in module.__doc__
         assert "Couldn't find a module script" in " ".join(module.__doc__.split())

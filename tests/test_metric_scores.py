@@ -16,9 +16,9 @@ os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 import pytest
 
 from radmatch_audit.judges.base import JudgeError
-from radmatch_audit.metric import MetricScorer
-from radmatch_audit.records import BaselineRecord
-from radmatch_audit.reward import radmatch_reward
+from radmatch_audit.hf.metric import MetricScorer
+from radmatch_audit.core.records import BaselineRecord
+from radmatch_audit.hf.reward import radmatch_reward
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 REF = "Small right pleural effusion. No pneumothorax. Heart size is normal."

@@ -57,7 +57,7 @@ def write_jsonl(path, rows):
 
 
 def test_wrong_json_columns_are_refused_naming_the_columns_and_flags(tmp_path):
-    from radmatch_audit.inputs import InputError, check_input, read_pairs
+    from radmatch_audit.files.inputs import InputError, check_input, read_pairs
 
     path = write_jsonl(tmp_path / "pairs.jsonl", [
         {"ground_truth": "Small effusion.", "generated": "No effusion.", "id": str(i)} for i in range(3)])
@@ -73,7 +73,7 @@ def test_wrong_json_columns_are_refused_naming_the_columns_and_flags(tmp_path):
 
 
 def test_a_row_missing_a_column_among_good_rows_is_still_one_row_problem(tmp_path):
-    from radmatch_audit.inputs import RowProblem, check_input, read_pairs
+    from radmatch_audit.files.inputs import RowProblem, check_input, read_pairs
 
     path = write_jsonl(tmp_path / "pairs.jsonl", [
         {"reference": "A.", "candidate": "B."}, {"reference": "A."}, {"reference": "C.", "candidate": "D."}])
@@ -84,7 +84,7 @@ def test_a_row_missing_a_column_among_good_rows_is_still_one_row_problem(tmp_pat
 
 
 def test_csv_content_in_a_jsonl_file_is_called_csv(tmp_path):
-    from radmatch_audit.inputs import InputError, check_input
+    from radmatch_audit.files.inputs import InputError, check_input
 
     path = tmp_path / "pairs.jsonl"
     path.write_text('reference,candidate\n"Small effusion.","No effusion."\n"A, b.","C."\n')
@@ -99,7 +99,7 @@ def test_csv_content_in_a_jsonl_file_is_called_csv(tmp_path):
 
 
 def test_broken_json_lines_are_still_row_problems(tmp_path):
-    from radmatch_audit.inputs import RowProblem, read_pairs
+    from radmatch_audit.files.inputs import RowProblem, read_pairs
 
     path = tmp_path / "pairs.jsonl"
     path.write_text('{"reference": "A.", "candidate": "B."}\n{"reference": "A.", \n')
@@ -125,7 +125,7 @@ def pairs_file(tmp_path, n: int = 2):
 
 
 def test_evaluate_refuses_wrong_columns_before_loading_a_judge(tmp_path, capsys, monkeypatch):
-    from radmatch_audit.config import JudgeConfig
+    from radmatch_audit.judges.config import JudgeConfig
 
     def no_judge(self):
         raise AssertionError("a judge was built for an input that cannot be read")

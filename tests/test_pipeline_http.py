@@ -7,7 +7,7 @@ import pytest
 from radmatch_audit import Evaluator, JudgeConfig, PairInput
 from radmatch_audit.judges.base import EndpointRefusedError
 from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
-from radmatch_audit.schemas import SERVER_LIMITS
+from radmatch_audit.core.schemas import SERVER_LIMITS
 from radmatch_audit.testing.fake_server import StubServer
 
 REFERENCE = (
@@ -253,7 +253,7 @@ def test_request_bodies_are_what_outlines_and_the_openai_sdk_send(tmp_path):
     import outlines
     from outlines.inputs import Chat
 
-    from radmatch_audit.schemas import answer_models
+    from radmatch_audit.core.schemas import answer_models
 
     schema = answer_models(SERVER_LIMITS).extract
     messages = [{"role": "system", "content": "Extract."}, {"role": "user", "content": '{"report": "x"}'}]
@@ -281,7 +281,7 @@ def test_the_encoded_body_is_json_dumps_of_the_request_byte_for_byte():
     import json
 
     from radmatch_audit.stages import build_messages
-    from radmatch_audit.schemas import answer_models
+    from radmatch_audit.core.schemas import answer_models
 
     models = answer_models(SERVER_LIMITS)
     judge = OpenAICompatibleJudge(base_url="http://127.0.0.1:9/v1", model="m", thinking=True)
@@ -369,7 +369,7 @@ def test_preflight_names_the_fix(tmp_path):
 
 
 def test_streaming_bounds_the_calls_at_the_judge_and_the_pairs_held(tmp_path):
-    from radmatch_audit.pipeline import PAIRS_PER_SLOT, READ_AHEAD_PER_SLOT
+    from radmatch_audit.run.pipeline import PAIRS_PER_SLOT, READ_AHEAD_PER_SLOT
 
     n = 40
     with StubServer(latency_s=0.02) as server, \

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from radmatch_audit.pipeline import Evaluator
-from radmatch_audit.progress import stage_reporter
-from radmatch_audit.records import PairInput
+from radmatch_audit.run.pipeline import Evaluator
+from radmatch_audit.run.progress import stage_reporter
+from radmatch_audit.core.records import PairInput
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 

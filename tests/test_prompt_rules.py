@@ -128,7 +128,7 @@ def test_count_baseline_prompt_carries_its_example_turns(tmp_path, monkeypatch):
     `enumerate` has none."""
     import shutil
 
-    from radmatch_audit.records import PairInput
+    from radmatch_audit.core.records import PairInput
     from radmatch_audit.stages.exemplars import fewshot_dir
 
     stage = baselines.baseline_stage("count")

@@ -1,4 +1,4 @@
-"""The red-team set (redteam/pairs.jsonl) and its checker (radmatch_audit.redteam, scripts/redteam.py).
+"""The red-team set (redteam/pairs.jsonl) and its checker (radmatch_audit.read.redteam, scripts/redteam.py).
 
 Records come from the real pipeline: an `Evaluator` around a scripted judge (the fake
 server's toy answers), either naive (every sentence a finding, abnormal ones notable)
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit import Evaluator, PairInput, read_records
-from radmatch_audit.redteam import (KINDS, check_expectation, check_record, check_records, load_pairs,
+from radmatch_audit.read.redteam import (KINDS, check_expectation, check_record, check_records, load_pairs,
                               validate_expectation, validate_pair)
 from radmatch_audit.testing.fake_server import StubServer
 from radmatch_audit.testing.scripted import ScriptedJudge

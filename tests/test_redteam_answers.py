@@ -37,8 +37,8 @@ import pytest
 
 from radmatch_audit import Evaluator, PairInput
 from radmatch_audit.judges.base import JudgeError, JudgeResult, Usage, estimate_tokens
-from radmatch_audit.redteam import check_record, load_pairs
-from radmatch_audit.schemas import ANSWER_MODELS
+from radmatch_audit.read.redteam import check_record, load_pairs
+from radmatch_audit.core.schemas import ANSWER_MODELS
 from radmatch_audit.testing.scripted import stage_of
 
 REPO = Path(__file__).resolve().parents[1]

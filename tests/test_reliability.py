@@ -31,12 +31,12 @@ from typing import Any, Iterable, Optional
 
 from radmatch_audit import Evaluator, JudgeConfig, PairInput, read_records
 from radmatch_audit.stages import finding_view
-from radmatch_audit.records import Record
+from radmatch_audit.core.records import Record
 from radmatch_audit.scoring.results import as_dict
 from radmatch_audit.stages import rows_to_grade
 from radmatch_audit.testing.fake_server import StubServer, messages_digest
 from radmatch_audit.testing.reports import INDICATIONS, SENTENCES
-from radmatch_audit.vocabulary import STAGES
+from radmatch_audit.core.vocabulary import STAGES
 
 # ---------------------------------------------------------------------- shared helpers
 

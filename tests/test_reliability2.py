@@ -24,9 +24,9 @@ from radmatch_audit import Evaluator, PairInput
 from radmatch_audit.cli import main
 from radmatch_audit.judges.base import JudgeUnavailable
 from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
-from radmatch_audit.record_io import BadLine, iter_lines, read_records
-from radmatch_audit.records import Record
-from radmatch_audit.schemas import SERVER_LIMITS
+from radmatch_audit.files.record_io import BadLine, iter_lines, read_records
+from radmatch_audit.core.records import Record
+from radmatch_audit.core.schemas import SERVER_LIMITS
 from radmatch_audit.testing.fake_server import StubServer
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -327,7 +327,7 @@ def test_a_deeply_nested_line_is_skipped_with_a_message_everywhere(tmp_path, sco
 
 
 def test_a_long_csv_field_is_read_and_a_too_long_one_names_its_row(tmp_path, monkeypatch):
-    from radmatch_audit import inputs
+    from radmatch_audit.files import inputs
 
     long_report = "FINDINGS: " + "Stable appearance of the chest. " * 8000  # 256,000 characters
     path = tmp_path / "pairs.csv"
@@ -366,7 +366,7 @@ def test_a_fifo_or_device_output_is_written_but_never_chmodded(tmp_path):
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG])
 def test_a_failed_records_write_says_what_failed_and_that_resume_continues(tmp_path, monkeypatch, capsys, code):
-    from radmatch_audit import record_io
+    from radmatch_audit.files import record_io
 
     class Full(io.StringIO):
         def write(self, text: str) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit.cli import main
-from radmatch_audit.record_io import BadLine, RecordWriter, iter_lines, read_records
-from radmatch_audit.records import Record
+from radmatch_audit.files.record_io import BadLine, RecordWriter, iter_lines, read_records
+from radmatch_audit.core.records import Record
 from radmatch_audit.testing.fake_server import StubServer
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -120,7 +120,7 @@ def test_a_second_run_on_the_same_records_file_is_refused_and_the_first_complete
 def test_a_held_records_file_is_never_truncated_or_rewritten(tmp_path, scored, resume):
     """Item 2: the writer takes the lock before it empties (or, resuming, rewrites) the
     file; a file another process holds keeps every byte and inode."""
-    from radmatch_audit.record_io import RecordsInUse, lock_problem
+    from radmatch_audit.files.record_io import RecordsInUse, lock_problem
 
     out = write_records(tmp_path / "records.jsonl", scored, "torn")
     before, inode = out.read_bytes(), out.stat().st_ino

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from radmatch_audit.resampling import (
+from radmatch_audit.read.resampling import (
     group_by_study, mean_interval, percentile_interval, resample_studies, wilson_interval,
 )
 

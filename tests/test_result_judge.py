@@ -18,11 +18,11 @@ import warnings
 import pytest
 from test_metric import C1, C2, CLOSED_URL, REF, REPO, SHIM, offline_env
 
-from radmatch_audit import judge_notice
-from radmatch_audit.judge_notice import NotClinicalWarning, describe, endpoint_host
-from radmatch_audit.metric import MetricScorer
-from radmatch_audit.paths import install_command
-from radmatch_audit.reward import RadMatchReward
+from radmatch_audit.judges import judge_notice
+from radmatch_audit.judges.judge_notice import NotClinicalWarning, describe, endpoint_host
+from radmatch_audit.hf.metric import MetricScorer
+from radmatch_audit.files.paths import install_command
+from radmatch_audit.hf.reward import RadMatchReward
 from radmatch_audit.testing.fake_server import StubServer
 from radmatch_audit.testing.scripted import ScriptedJudge
 
@@ -62,7 +62,7 @@ def test_metric_extra_without_torch_fails_at_load_in_one_line(tmp_path):
     proc = run_code(NO_TORCH + f"import evaluate; evaluate.load({str(SHIM)!r})", tmp_path)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("radmatch_audit.extras.MissingExtraError: ")
+    assert last.startswith("radmatch_audit.hf.extras.MissingExtraError: ")
     assert "[local] extra" in last and install_command("local") in last and "torch" in last
     assert "During handling" not in proc.stderr and "direct cause" not in proc.stderr
 
@@ -121,8 +121,8 @@ def test_embedded_judge_results_warn_once_per_process(monkeypatch):
 
 def test_the_not_clinical_warning_reaches_stderr_once(tmp_path):
     code = (
-        "from radmatch_audit.metric import MetricScorer\n"
-        "from radmatch_audit.reward import RadMatchReward\n"
+        "from radmatch_audit.hf.metric import MetricScorer\n"
+        "from radmatch_audit.hf.reward import RadMatchReward\n"
         "from radmatch_audit.testing.scripted import ScriptedJudge\n"
         "class Small(ScriptedJudge):\n    backend, model = 'transformers', 'SmolLM2-135M-Instruct'\n"
         "s = MetricScorer(judge=Small(), cache=False, env={})\n"
@@ -144,7 +144,7 @@ def test_describe_and_endpoint_host():
 
 @pytest.mark.parametrize("with_judge", [False, True])
 def test_a_given_judge_needs_no_local_extra(monkeypatch, with_judge):
-    monkeypatch.setattr("radmatch_audit.extras.LOCAL_JUDGE_MODULES", ("torch", "h3_not_installed"))
+    monkeypatch.setattr("radmatch_audit.hf.extras.LOCAL_JUDGE_MODULES", ("torch", "h3_not_installed"))
     if with_judge:
         MetricScorer(judge=ScriptedJudge(), env={})
     else:

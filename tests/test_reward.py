@@ -1,4 +1,4 @@
-"""The RL reward function (radmatch_audit.reward) in the shape TRL's GRPOTrainer calls.
+"""The RL reward function (radmatch_audit.hf.reward) in the shape TRL's GRPOTrainer calls.
 
 TRL calls ``reward_fn(prompts=..., completions=..., completion_ids=..., **columns)``;
 completions are strings or chat-format message lists. Fast tests use the scripted
@@ -13,7 +13,7 @@ import math
 import pytest
 from test_metric import C1, C2, CLOSED_URL, REF, extract_reports
 
-from radmatch_audit.reward import RadMatchReward, completion_text, radmatch_reward
+from radmatch_audit.hf.reward import RadMatchReward, completion_text, radmatch_reward
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 

@@ -9,10 +9,10 @@ import pytest
 
 from radmatch_audit import Evaluator, PairInput, Record
 from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
-from radmatch_audit.records import (
+from radmatch_audit.core.records import (
     BaselineRecord, UnknownSchemaVersion, failed_input, load_record, migrate,
 )
-from radmatch_audit.schemas import SMALL_MODEL_LIMITS
+from radmatch_audit.core.schemas import SMALL_MODEL_LIMITS
 from radmatch_audit.testing import fake_server
 from radmatch_audit.testing.fake_server import StubServer
 

@@ -2,11 +2,11 @@
 
 import json
 
-from radmatch_audit.corpus import CorpusSummary
-from radmatch_audit.pipeline import Evaluator
-from radmatch_audit.record_io import parse_record
-from radmatch_audit.recompute import score_record
-from radmatch_audit.records import PairInput
+from radmatch_audit.read.corpus import CorpusSummary
+from radmatch_audit.run.pipeline import Evaluator
+from radmatch_audit.files.record_io import parse_record
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.core.records import PairInput
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 REFERENCE = "Small right pleural effusion. No pneumothorax. Heart size is normal."

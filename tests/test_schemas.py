@@ -6,7 +6,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from radmatch_audit.schemas import (
+from radmatch_audit.core.schemas import (
     ANSWER_MODELS,
     CANONICAL_LIMITS,
     SERVER_LIMITS,

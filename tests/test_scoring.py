@@ -3,8 +3,8 @@
 import pytest
 
 from builders import f, fig3_record, grading, m, matching, row
-from radmatch_audit.recompute import score_record
-from radmatch_audit.schemas import GradingStage
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.core.schemas import GradingStage
 from radmatch_audit.scoring import score_pair
 from radmatch_audit.scoring.repair import repair_matching
 

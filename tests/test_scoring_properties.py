@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from builders import record
 from legacy_measurements import scored_by_legacy, without_quantities
-from radmatch_audit.recompute import score_record
-from radmatch_audit.record_io import parse_record
-from radmatch_audit.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
-from radmatch_audit.thresholds import QUANTITIES
+from radmatch_audit.read.recompute import score_record
+from radmatch_audit.files.record_io import parse_record
+from radmatch_audit.core.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
+from radmatch_audit.core.thresholds import QUANTITIES
 
 STATUS = st.sampled_from(["normal", "abnormal"])
 TIER = st.sampled_from(["critical", "urgent", "notable", "routine"])
@@ -263,7 +263,7 @@ def without_quantities_of(measurements):
 )
 def test_a_threshold_decides_a_pair_only_by_crossing(a, b, unit, quantity):
     from radmatch_audit.scoring.comparators import measurement_errors
-    from radmatch_audit.thresholds import CLINICAL_THRESHOLDS
+    from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS
 
     ref = [Measurement(value=a, unit=unit, category="size", quantity=quantity)]
     cand = [Measurement(value=b, unit=unit, category="size", quantity=quantity)]
@@ -291,7 +291,7 @@ def test_a_threshold_decides_a_pair_only_by_crossing(a, b, unit, quantity):
 @COMMON
 @given(pairs())
 def test_corpus_tally_puts_each_count_in_the_slot_its_field_names(rec):
-    from radmatch_audit.corpus import FIELDS, tally
+    from radmatch_audit.read.corpus import FIELDS, tally
     from radmatch_audit.scoring.results import as_dict
 
     scored = score_record(rec)

@@ -1058,9 +1058,9 @@ def recorded(path: Path) -> list[dict]:
 
 
 def test_check_compiles_the_client_schemas_and_runs_a_real_extraction(stub, tmp_path):
-    from radmatch_audit.config import SERVER_MAX_TOKENS
+    from radmatch_audit.judges.config import SERVER_MAX_TOKENS
     from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
-    from radmatch_audit.schemas import SERVER_LIMITS, answer_models
+    from radmatch_audit.core.schemas import SERVER_LIMITS, answer_models
     from radmatch_audit.stages import load_instructions
 
     record = tmp_path / "requests.jsonl"
@@ -1776,7 +1776,7 @@ def test_client_names_the_compile_limit_when_vllm_answers_400(tmp_path):
 
     from radmatch_audit.judges.base import JudgeError, TransientJudgeError
     from radmatch_audit.judges.openai_compat import OpenAICompatibleJudge
-    from radmatch_audit.schemas import SERVER_LIMITS, answer_models
+    from radmatch_audit.core.schemas import SERVER_LIMITS, answer_models
 
     posts = []
 

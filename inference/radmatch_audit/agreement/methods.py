@@ -42,11 +42,11 @@ def _label(kind: str, model: Optional[str]) -> str:
 def read_method(path: str, label: Optional[str] = None) -> MethodScores:
     """Counts of every scored line of `path`; a later line of the same pair_id wins.
 
-    Audit records are read by the one reader of records (`radmatch_audit.reading`: a
+    Audit records are read by the one reader of records (`radmatch_audit.read.reading`: a
     record stored without scores is scored from its stages); baseline records, which
     carry their count as written, are counted on the way to it.
     """
-    from radmatch_audit.reading import RecordReader
+    from radmatch_audit.read.reading import RecordReader
 
     found = MethodScores(label or "", path)
     kinds: set[str] = set()
@@ -96,7 +96,7 @@ def _significant_label(label: str) -> str:
 
 def _counting_baselines(lines: Iterable[str], found: MethodScores, kinds: set[str]) -> Iterator[str]:
     """The lines that are not baseline records; each baseline record is counted in `found`."""
-    from radmatch_audit.record_io import loads
+    from radmatch_audit.files.record_io import loads
 
     for raw in lines:
         data = None

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from radmatch_audit.agreement.annotations import AnnotationSet
 from radmatch_audit.agreement.methods import MethodScores
 from radmatch_audit.agreement.stats import agreement
-from radmatch_audit.resampling import N_RESAMPLES, SEED, wilson_interval
+from radmatch_audit.read.resampling import N_RESAMPLES, SEED, wilson_interval
 
 # Below this many studies (the bootstrap's unit) an interval is flagged: a percentile
 # bootstrap over k studies has few distinct resamples (35 for k = 4) and tau-b few

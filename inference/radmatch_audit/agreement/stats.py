@@ -9,7 +9,7 @@ per-endpoint table (more negative is better) is the same value with its sign fli
 (`paper_sign` in the JSON output).
 
 The bootstrap resamples studies (a study's candidates stay together) with
-`radmatch_audit.resampling.resample_studies`, seeded so that the same input always gives
+`radmatch_audit.read.resampling.resample_studies`, seeded so that the same input always gives
 the same interval. A resample is summarised by how many times it drew each pair (its
 multiplicities c), and every statistic of a resample is computed from c at once for
 all resamples: tau-b as c'(Sx*Sy)c / sqrt(c'|Sx|c * c'|Sy|c), with Sx, Sy the matrices of
@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as _stats
 
-from radmatch_audit.resampling import (
+from radmatch_audit.read.resampling import (
     N_RESAMPLES,
     SEED,
     group_by_study,

@@ -8,7 +8,7 @@ import sys
 
 from radmatch_audit.agreement import FORMATS
 from radmatch_audit.cli.common import EXIT_OK, fail
-from radmatch_audit.resampling import N_RESAMPLES, SEED
+from radmatch_audit.read.resampling import N_RESAMPLES, SEED
 
 HELP = "agreement of records with radiologists' error counts (tau-b, blocked tau-b, r)"
 DESCRIPTION = (
@@ -70,7 +70,7 @@ def _is_an_input(path: str, annotations: str) -> bool:
     """The annotation path itself, or a file in its folder (compared by device and inode)."""
     from pathlib import Path
 
-    from radmatch_audit.record_io import same_file
+    from radmatch_audit.files.record_io import same_file
 
     root = Path(annotations)
     inputs = [root] + (sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [])
@@ -78,7 +78,7 @@ def _is_an_input(path: str, annotations: str) -> bool:
 
 
 def _emit(annotations, path: str) -> int:
-    from radmatch_audit.record_io import open_private
+    from radmatch_audit.files.record_io import open_private
 
     try:
         with open_private(path, "w") as out:  # the pairs hold report text: owner-only

@@ -24,9 +24,9 @@ DESCRIPTION = (
 
 def run(args: argparse.Namespace) -> int:
     from radmatch_audit.judges.base import JudgeUnavailable
-    from radmatch_audit.pipeline import Evaluator
-    from radmatch_audit.record_io import open_private
-    from radmatch_audit.records import BaselineRecord, PairInput, failed_input
+    from radmatch_audit.run.pipeline import Evaluator
+    from radmatch_audit.files.record_io import open_private
+    from radmatch_audit.core.records import BaselineRecord, PairInput, failed_input
 
     try:
         config = judge_config(args)

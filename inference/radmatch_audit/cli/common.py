@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-from radmatch_audit.corpus import EXPLAIN_POINTER, EXPLANATION, CorpusSummary, format_summary
-from radmatch_audit.reading import judge_label
-from radmatch_audit.record_io import BadLine, iter_lines, loads, lock_problem, same_file
-from radmatch_audit.records import Record
+from radmatch_audit.read.corpus import EXPLAIN_POINTER, EXPLANATION, CorpusSummary, format_summary
+from radmatch_audit.read.reading import judge_label
+from radmatch_audit.files.record_io import BadLine, iter_lines, loads, lock_problem, same_file
+from radmatch_audit.core.records import Record
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE
@@ -214,7 +214,7 @@ def print_summary(
     """The summary; `judge` (judge_notice.judge_identity of the run's judge) is named
     after it, or under "judge" in the JSON. Records of the embedded small judge get a
     warning that their counts are not clinical; `explain` explains every line."""
-    from radmatch_audit.judge_notice import NOT_CLINICAL, describe, is_embedded_small
+    from radmatch_audit.judges.judge_notice import NOT_CLINICAL, describe, is_embedded_small
 
     data = summary.to_dict()
     judges = getattr(summary, "judges", None)

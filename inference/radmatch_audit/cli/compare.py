@@ -1,6 +1,6 @@
 """`radmatch-audit compare A.jsonl B.jsonl`: is system B better than system A?
 
-The statistics are radmatch_audit.compare's; this module reads the two files and prints.
+The statistics are radmatch_audit.read.compare's; this module reads the two files and prints.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from radmatch_audit.cli.common import (
     EXIT_OK, EXIT_SOME_FAILED, check_records_file, checked_lines, fail, no_record_read, open_input,
     report_bad,
 )
-from radmatch_audit.compare import N_PERMUTATIONS, compare_records, dropped_line, format_comparison
-from radmatch_audit.records import Record
-from radmatch_audit.resampling import N_RESAMPLES, SEED
+from radmatch_audit.read.compare import N_PERMUTATIONS, compare_records, dropped_line, format_comparison
+from radmatch_audit.core.records import Record
+from radmatch_audit.read.resampling import N_RESAMPLES, SEED
 
 MIN_STUDIES = 10  # as `agreement`: below it the bootstrap over studies is not a reliable 95% interval
 
@@ -34,7 +34,7 @@ DESCRIPTION = (
 
 def _read(path: str) -> tuple[list[Record], int, set[str]]:
     """Records of a records file (or SystemExit with the CLI's message), bad lines, judges."""
-    from radmatch_audit.reading import read_file
+    from radmatch_audit.read.reading import read_file
 
     with open_input(path) as src:
         try:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 def comparison_warnings(result: dict) -> list[str]:
     """Why the comparison says less than it seems to: too few studies, or a run scored by
     the embedded small judge."""
-    from radmatch_audit.judge_notice import EMBEDDED_MODEL, is_embedded_small
+    from radmatch_audit.judges.judge_notice import EMBEDDED_MODEL, is_embedded_small
 
     warnings = []
     studies = result["n_studies"]

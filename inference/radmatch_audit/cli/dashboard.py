@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     cannot be read, holds no records, or is not a records file.
     """
     from radmatch_audit.dashboard import build_dashboard
-    from radmatch_audit.record_io import same_file
+    from radmatch_audit.files.record_io import same_file
 
     inputs = [args.records] + ([args.compare] if args.compare is not None else [])
     for path in inputs:

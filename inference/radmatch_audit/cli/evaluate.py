@@ -21,7 +21,7 @@ from radmatch_audit.cli.interrupt import RunStopper
 from radmatch_audit.cli.judge_options import (
     add_judge_arguments, add_pairs_arguments, judge_config, note_small_judge, pair_rows,
 )
-from radmatch_audit.corpus import CorpusSummary
+from radmatch_audit.read.corpus import CorpusSummary
 
 HELP = "score candidate reports against references with the judge"
 DESCRIPTION = (
@@ -40,7 +40,7 @@ def _scan(args: argparse.Namespace, modality: str) -> tuple[int, int, dict[str, 
 
     Raises ValueError for a repeated pair_id (`pair_rows`): nothing has been written yet.
     """
-    from radmatch_audit.record_io import pair_fingerprint
+    from radmatch_audit.files.record_io import pair_fingerprint
 
     fingerprints: dict[str, bytes] = {}
     rows = bad = 0
@@ -61,7 +61,7 @@ def _scan(args: argparse.Namespace, modality: str) -> tuple[int, int, dict[str, 
 
 
 def _is_pair(item: object) -> bool:
-    from radmatch_audit.records import PairInput
+    from radmatch_audit.core.records import PairInput
 
     return isinstance(item, PairInput)
 
@@ -73,10 +73,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, stopper: RunStopper) -> int:
-    from radmatch_audit.judge_notice import judge_identity
+    from radmatch_audit.judges.judge_notice import judge_identity
     from radmatch_audit.judges.base import JudgeUnavailable
-    from radmatch_audit.pipeline import Evaluator, freeze_setup_heap
-    from radmatch_audit.record_io import RecordsRefused, RecordsWriteError
+    from radmatch_audit.run.pipeline import Evaluator, freeze_setup_heap
+    from radmatch_audit.files.record_io import RecordsRefused, RecordsWriteError
 
     try:
         config = judge_config(args)
@@ -120,10 +120,10 @@ def _evaluate(args: argparse.Namespace, stopper: RunStopper) -> int:
 
 def _write_records(args: argparse.Namespace, evaluator, rows: int, fingerprints: dict[str, bytes],
                    stopper: RunStopper) -> CorpusSummary:
-    from radmatch_audit.progress import progress_bar, stage_reporter
-    from radmatch_audit.reading import RecordReader
-    from radmatch_audit.record_io import RecordWriter
-    from radmatch_audit.records import failed_input
+    from radmatch_audit.run.progress import progress_bar, stage_reporter
+    from radmatch_audit.read.reading import RecordReader
+    from radmatch_audit.files.record_io import RecordWriter
+    from radmatch_audit.core.records import failed_input
 
     summary = CorpusSummary(streaming=True)
     with RecordWriter(args.output, resume=args.resume, inputs=fingerprints) as writer:

@@ -13,12 +13,12 @@ DESCRIPTION = (
     "modules cache, so that evaluate.load(\"radmatch\") finds it from any directory, "
     "with HF_EVALUATE_OFFLINE=1 and without the Hub. Run it again after upgrading "
     "radmatch. Without it, load the metric with "
-    "evaluate.load(radmatch_audit.metric.script_path())."
+    "evaluate.load(radmatch_audit.hf.metric.script_path())."
 )
 
 
 def run(args: argparse.Namespace) -> int:
-    from radmatch_audit.metric_install import install_metric
+    from radmatch_audit.hf.metric_install import install_metric
 
     try:
         target = install_metric(Path(args.modules_cache) if args.modules_cache else None)

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Iterator, Literal, get_args, get_origin
 
 if TYPE_CHECKING:
-    from radmatch_audit.config import JudgeConfig
+    from radmatch_audit.judges.config import JudgeConfig
 
 COLUMN_FLAGS = (("reference", "reference"), ("candidate", "candidate"), ("indication", "indication"),
                 ("study-id", "study_id"), ("modality", "modality"), ("pair-id", "pair_id"))
@@ -35,7 +35,7 @@ def pair_rows(args: argparse.Namespace) -> Iterator[tuple[str, str, object]]:
     Raises ValueError (nothing has been written yet) at an id that an earlier row holds,
     naming both rows, and saying so when one of the two ids is a position.
     """
-    from radmatch_audit.inputs import read_pairs
+    from radmatch_audit.files.inputs import read_pairs
 
     columns = {field: getattr(args, f"{field}_column") for _, field in COLUMN_FLAGS}
     seen: dict[str, tuple[str, bool]] = {}  # pair_id -> (where, whether the row gave it)
@@ -63,7 +63,7 @@ def add_judge_arguments(parser: argparse.ArgumentParser, title: str, *,
     """The judge's flags, generated from JudgeConfig's fields (each field's `Option`: flag,
     help); `run_options` adds those of a run of `evaluate` (--modality, --samples).
     Every flag's default is None: unset, the RADMATCH_* variable or the field's default holds."""
-    from radmatch_audit.config import JudgeConfig
+    from radmatch_audit.judges.config import JudgeConfig
 
     j = parser.add_argument_group(title)
     for name, option in JudgeConfig.options().items():
@@ -90,7 +90,7 @@ def _flag_kind(field, option) -> dict:
 
 def judge_config(args: argparse.Namespace) -> "JudgeConfig":
     """The JudgeConfig of `add_judge_arguments`' flags (those given) over the RADMATCH_* variables."""
-    from radmatch_audit.config import JudgeConfig
+    from radmatch_audit.judges.config import JudgeConfig
 
     return JudgeConfig.from_env(**{name: getattr(args, name, None) for name in JudgeConfig.model_fields})
 

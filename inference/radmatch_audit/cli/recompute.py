@@ -17,8 +17,8 @@ DESCRIPTION = (
 
 
 def run(args: argparse.Namespace) -> int:
-    from radmatch_audit.recompute import recompute_lines
-    from radmatch_audit.record_io import open_private
+    from radmatch_audit.read.recompute import recompute_lines
+    from radmatch_audit.files.record_io import open_private
 
     summary = JudgedSummary()
     problem = output_problem(args.output, args.input, folder=False)

@@ -21,7 +21,7 @@ DESCRIPTION = (
 
 
 def run(args: argparse.Namespace) -> int:
-    from radmatch_audit.reading import RecordReader
+    from radmatch_audit.read.reading import RecordReader
 
     summary = JudgedSummary()
     with open_input(args.input) as src:

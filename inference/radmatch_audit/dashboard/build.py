@@ -22,9 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from radmatch_audit.control_strings import restore_markers
-from radmatch_audit.reading import RecordsRead, read_file
-from radmatch_audit.records import Record
+from radmatch_audit.core.control_strings import restore_markers
+from radmatch_audit.read.reading import RecordsRead, read_file
+from radmatch_audit.core.records import Record
 from radmatch_audit.scoring.results import SUBSETS, as_dict, vocabularies
 from radmatch_audit.scoring.score import (
     QuoteFinder,
@@ -69,10 +69,10 @@ def build_dashboard(
 
     Lines that cannot be read are skipped (as `radmatch-audit summary` does) and listed on
     the page. Returns ``{"summary": <the corpus summary dict embedded, as
-    radmatch_audit.corpus.summarize(...).to_dict()>, "compare_summary": <dict or None>,
+    radmatch_audit.read.corpus.summarize(...).to_dict()>, "compare_summary": <dict or None>,
     "n_pairs": int, "bad_lines": [str], "output": str, "bytes": int}``.
     """
-    from radmatch_audit.corpus import summarize  # the corpus aggregation owns the numbers
+    from radmatch_audit.read.corpus import summarize  # the corpus aggregation owns the numbers
 
     read = read_file(records_path)  # a bad line is skipped and listed, as `summary` does
     bad = _bad_lines(read)
@@ -105,7 +105,7 @@ def build_dashboard(
     }
     page = render_page(data, title=f"RadMatch audit: {Path(records_path).name}")
     out = Path(output_path)
-    from radmatch_audit.record_io import open_private
+    from radmatch_audit.files.record_io import open_private
 
     with open_private(out, "w") as handle:  # owner-only: the page quotes the reports
         handle.write(page)
@@ -308,9 +308,9 @@ def judges_of(records: Iterable[Record]) -> list[dict[str, Any]]:
     """Which judges answered, as {backend, model, pairs, small}, most pairs first
     (pairs whose records name no judge are not counted).
 
-    `small` marks the embedded small judge (radmatch_audit.smollm): its scores only exercise
+    `small` marks the embedded small judge (radmatch_audit.judges.smollm): its scores only exercise
     the pipeline, and the page says so."""
-    from radmatch_audit.smollm import MODEL_NAME
+    from radmatch_audit.judges.smollm import MODEL_NAME
 
     counts: dict[tuple[str, str], int] = {}
     for record in records:
@@ -450,8 +450,8 @@ def _compare_block(
 
 
 def _paired_stats(a: list[Record], b: list[Record]) -> dict[str, Any]:
-    """`radmatch-audit compare`'s numbers (radmatch_audit.compare) for the page's compare panel."""
-    from radmatch_audit.compare import compare_records
+    """`radmatch-audit compare`'s numbers (radmatch_audit.read.compare) for the page's compare panel."""
+    from radmatch_audit.read.compare import compare_records
 
     return compare_records(a, b)
 

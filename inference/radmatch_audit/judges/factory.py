@@ -2,7 +2,7 @@
 
 Heavy imports (torch, transformers, openai) happen in `build_judge`, never at import.
 The config is read by its fields only, so that this module imports nothing of
-`radmatch_audit.config` (whose `JudgeConfig.build_judge()` calls it): no loop.
+`radmatch_audit.judges.config` (whose `JudgeConfig.build_judge()` calls it): no loop.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from radmatch_audit.judges.base import Judge
 
 
 def build_judge(config: Any) -> Judge:
-    """The judge `config` (a `radmatch_audit.config.JudgeConfig`) names: the in-process
+    """The judge `config` (a `radmatch_audit.judges.config.JudgeConfig`) names: the in-process
     judge, one server's judge, or a pool over several servers."""
     backend = config.resolved_backend
     if backend == "transformers":

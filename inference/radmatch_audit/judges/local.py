@@ -1,6 +1,6 @@
 """In-process judge: a transformers model under Outlines' grammar, on the GPU when there is one.
 
-The embedded default is SmolLM2-135M-Instruct (radmatch_audit.smollm), so that a fresh
+The embedded default is SmolLM2-135M-Instruct (radmatch_audit.judges.smollm), so that a fresh
 machine runs the whole pipeline with no server. It only exercises the pipeline: its
 clinical judgement is not meaningful.
 
@@ -35,9 +35,9 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from radmatch_audit.control_strings import tokenizer_tokens
+from radmatch_audit.core.control_strings import tokenizer_tokens
 from radmatch_audit.judges.base import JudgeError, JudgeResult, JudgeUnavailable, Message, Usage
-from radmatch_audit.paths import install_command
+from radmatch_audit.files.paths import install_command
 
 log = logging.getLogger(__name__)
 
@@ -265,8 +265,8 @@ class LocalTransformersJudge:
             ) from exc
         check_transformers(transformers.__version__)
         if model_dir is None:
-            from radmatch_audit import smollm
-            from radmatch_audit.paths import cache_root
+            from radmatch_audit.judges import smollm
+            from radmatch_audit.files.paths import cache_root
 
             model_dir = smollm.ensure_hf_dir()
             prefix_dir = prefix_dir or cache_root() / "prefixes"

@@ -48,8 +48,8 @@ from radmatch_audit.judges.base import (
     estimate_tokens,
 )
 from radmatch_audit.judges.endpoints import check_endpoint, check_url
-from radmatch_audit.paths import install_command
-from radmatch_audit.vocabulary import check_choice
+from radmatch_audit.files.paths import install_command
+from radmatch_audit.core.vocabulary import check_choice
 
 BACKENDS = ("vllm", "hosted")
 # margins on the server's measured characters per token: the fixed prompt is text like the

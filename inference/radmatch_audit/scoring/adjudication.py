@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from radmatch_audit.schemas import AdjudicationStage, ShownUnit
-from radmatch_audit.scores import AdjudicationState, Unit
-from radmatch_audit.vocabulary import MAX_UNIT_ERRORS
+from radmatch_audit.core.schemas import AdjudicationStage, ShownUnit
+from radmatch_audit.core.scores import AdjudicationState, Unit
+from radmatch_audit.core.vocabulary import MAX_UNIT_ERRORS
 
 ADJUDICATED_OUTCOMES = frozenset({"MIS", "SPU", "INC", "PAR"})
 

@@ -3,7 +3,7 @@
 Status and comparison are compared per row; measurements are pooled per unit and
 paired by an optimal assignment within one category and unit family. A pair whose
 values share a clinical quantity and lie either side of one of its thresholds
-(radmatch_audit.thresholds, each with its side) is a major error (rule 6). Rule numbers are
+(radmatch_audit.core.thresholds, each with its side) is a major error (rule 6). Rule numbers are
 the steps of the measurement part of docs/scoring.md section 4.
 """
 
@@ -15,9 +15,9 @@ from typing import Iterable, NamedTuple, Optional
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from radmatch_audit.schemas import Finding, Measurement
+from radmatch_audit.core.schemas import Finding, Measurement
 from radmatch_audit.scoring.results import UnitError
-from radmatch_audit.thresholds import CLINICAL_THRESHOLDS, ClinicalQuantity
+from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS, ClinicalQuantity
 
 BENIGN = frozenset({"stable", "improving", "resolved"})
 ACTIVE = frozenset({"worsening", "new"})

@@ -2,13 +2,13 @@
 
 Pure like the rest of the core (no I/O, no judge): the run loop scores each pair with
 it as it finishes, `radmatch-audit recompute` every stored line, and the readers of
-records (`radmatch_audit.reading`) a record stored without scores.
+records (`radmatch_audit.read.reading`) a record stored without scores.
 """
 
 from __future__ import annotations
 
-from radmatch_audit.records import Record, Sample, Stages
-from radmatch_audit.scores import Scores
+from radmatch_audit.core.records import Record, Sample, Stages
+from radmatch_audit.core.scores import Scores
 from radmatch_audit.scoring.score import score_pair
 from radmatch_audit.scoring.stability import stability
 

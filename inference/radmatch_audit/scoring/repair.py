@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from radmatch_audit.schemas import MatchingAnswer, MatchRow
+from radmatch_audit.core.schemas import MatchingAnswer, MatchRow
 from radmatch_audit.scoring.results import UnitRow
 
 _ID = re.compile(r"(.*?)(\d+)")

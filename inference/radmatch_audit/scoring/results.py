@@ -1,6 +1,6 @@
 """What scoring produces for one pair (docs/scoring.md section 5): the vocabularies.
 
-The result types themselves (`Scores`, `Unit`, ...) live in `radmatch_audit.scores`,
+The result types themselves (`Scores`, `Unit`, ...) live in `radmatch_audit.core.scores`,
 below both the scoring core and the record format (which embeds them); they are
 re-exported here, the scoring core's own name for them.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Optional, get_args
 
-from radmatch_audit.schemas import Significance
-from radmatch_audit.scores import (  # noqa: F401  (re-exported: the scoring core's result types)
+from radmatch_audit.core.schemas import Significance
+from radmatch_audit.core.scores import (  # noqa: F401  (re-exported: the scoring core's result types)
     Attribution,
     Dimension,
     Outcome,

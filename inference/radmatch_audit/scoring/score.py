@@ -11,8 +11,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Optional
 
-from radmatch_audit.control_strings import restore_markers
-from radmatch_audit.schemas import AdjudicationStage, Finding, GradingStage, MatchingAnswer, Measurement
+from radmatch_audit.core.control_strings import restore_markers
+from radmatch_audit.core.schemas import AdjudicationStage, Finding, GradingStage, MatchingAnswer, Measurement
 from radmatch_audit.scoring.adjudication import adjudicated_counts
 from radmatch_audit.scoring.comparators import comparison_error, measurement_errors, status_error
 from radmatch_audit.scoring.repair import repair_matching
@@ -325,7 +325,7 @@ class QuoteFinder:
             if not quote or quote.isspace():  # empty once normalised
                 continue
             if not self._found(quote):
-                # the judge saw control markers as plain text (radmatch_audit.control_strings)
+                # the judge saw control markers as plain text (radmatch_audit.core.control_strings)
                 restored = restore_markers(quote)
                 if restored is quote or not self._found(restored):
                     return False

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-from radmatch_audit.records import Record, Stability, Stages, UnitVote
-from radmatch_audit.scores import Scores
+from radmatch_audit.core.records import Record, Stability, Stages, UnitVote
+from radmatch_audit.core.scores import Scores
 
 
 def _normal(text: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from radmatch_audit.schemas import Finding
+from radmatch_audit.core.schemas import Finding
 from radmatch_audit.scoring.repair import RepairedMatching, id_key, row_key
 from radmatch_audit.scoring.results import Unit, UnitRow
 

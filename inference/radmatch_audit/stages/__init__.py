@@ -9,7 +9,7 @@
 - `flow`: one pair through extract, match and grade.
 """
 
-from radmatch_audit.schemas import ANSWER_MODELS, SERVER_MAX_TOKENS, SMALL_MODEL_MAX_TOKENS
+from radmatch_audit.core.schemas import ANSWER_MODELS, SERVER_MAX_TOKENS, SMALL_MODEL_MAX_TOKENS
 from radmatch_audit.stages.exemplars import FEWSHOT_ENV, FewshotError, fewshot_dir, load_exemplars, load_instructions
 from radmatch_audit.stages.flow import find_indication, rows_to_grade, run_stages
 from radmatch_audit.stages.prompt import (
@@ -17,7 +17,7 @@ from radmatch_audit.stages.prompt import (
     load_prompt, prompt_version, stage_prompt,
 )
 from radmatch_audit.stages.stage import CHAIN, JudgeStage, PairStage, pair_stages
-from radmatch_audit.vocabulary import MODALITIES, STAGES
+from radmatch_audit.core.vocabulary import MODALITIES, STAGES
 
 __all__ = [
     "ANSWER_MODELS", "CHAIN", "FEWSHOT_ENV", "MODALITIES", "SERVER_MAX_TOKENS",

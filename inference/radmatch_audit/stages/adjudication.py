@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
-from radmatch_audit.records import Record
-from radmatch_audit.schemas import AdjudicationAnswer, AdjudicationStage, Finding
-from radmatch_audit.scores import Unit
+from radmatch_audit.core.records import Record
+from radmatch_audit.core.schemas import AdjudicationAnswer, AdjudicationStage, Finding
+from radmatch_audit.core.scores import Unit
 from radmatch_audit.scoring.adjudication import ADJUDICATED_OUTCOMES, shown_units
 
 Ask = Callable[..., Awaitable[Any]]

@@ -6,7 +6,7 @@
   per error, and the count is the length of the list.
 
 Both answers are schema-constrained like RadMatch's stages and go through the same
-call path (`radmatch_audit.calls.JudgeCalls.ask`). Their instructions are data:
+call path (`radmatch_audit.run.calls.JudgeCalls.ask`). Their instructions are data:
 `prompts/baselines/<method>.md`. `count` also has example turns, one shared file
 `baselines/count.json` in the few-shot directory (`{"method", "clinically_reviewed",
 "note", "exemplars": [{"input": {"reference", "candidate", "indication"?}, "output":
@@ -24,11 +24,11 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from radmatch_audit.records import PairInput
+from radmatch_audit.core.records import PairInput
 from radmatch_audit.stages.exemplars import FewshotError, fewshot_dir, read_prompt
 from radmatch_audit.stages.prompt import Prompt
 from radmatch_audit.stages.stage import JudgeStage, Rows
-from radmatch_audit.vocabulary import check_choice
+from radmatch_audit.core.vocabulary import check_choice
 
 METHODS = ("count", "enumerate")
 MAX_COUNT = 99  # the count grammar admits 0..MAX_COUNT

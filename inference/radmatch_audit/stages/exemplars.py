@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from radmatch_audit.schemas import ANSWER_MODELS, CANONICAL
-from radmatch_audit.vocabulary import MODALITIES, STAGES, check_choice
+from radmatch_audit.core.schemas import ANSWER_MODELS, CANONICAL
+from radmatch_audit.core.vocabulary import MODALITIES, STAGES, check_choice
 
 __all__ = [
     "ANSWER_MODELS",

@@ -13,10 +13,10 @@ from typing import Any, Awaitable, Callable, Optional
 
 from pydantic import BaseModel
 
-from radmatch_audit.control_strings import neutralise_markers
-from radmatch_audit.indication import cap_indication, read_indication
-from radmatch_audit.records import Record, Stages
-from radmatch_audit.schemas import CANONICAL_LIMITS, Finding, GradingStage, Limits, MatchingAnswer, number_findings
+from radmatch_audit.core.control_strings import neutralise_markers
+from radmatch_audit.stages.indication import cap_indication, read_indication
+from radmatch_audit.core.records import Record, Stages
+from radmatch_audit.core.schemas import CANONICAL_LIMITS, Finding, GradingStage, Limits, MatchingAnswer, number_findings
 from radmatch_audit.scoring.repair import repair_matching
 from radmatch_audit.stages.prompt import finding_view
 

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Optional, get_args
 
 from pydantic import BaseModel
 
-from radmatch_audit.control_strings import control_tokens, neutralise_markers
+from radmatch_audit.core.control_strings import control_tokens, neutralise_markers
 from radmatch_audit.judges.base import JudgeError, Message
-from radmatch_audit.schemas import ANSWER_MODELS, Finding, own_quote
+from radmatch_audit.core.schemas import ANSWER_MODELS, Finding, own_quote
 from radmatch_audit.stages.exemplars import fewshot_dir, load_exemplars, load_instructions
 
 if TYPE_CHECKING:

@@ -3,9 +3,9 @@
 A stage holds everything one judge call of it needs: the prompt (instructions and
 exemplars for a modality, with their version: `radmatch_audit.stages.prompt`), the
 answer model the judge is constrained to and the one an answer is validated by on
-arrival (both from `radmatch_audit.schemas` under the stage's caps), the answer's token
+arrival (both from `radmatch_audit.core.schemas` under the stage's caps), the answer's token
 budget, and its place on the pair's chain of calls. The call path
-(`radmatch_audit.calls.JudgeCalls.ask`) takes a stage and a modality and asks nothing
+(`radmatch_audit.run.calls.JudgeCalls.ask`) takes a stage and a modality and asks nothing
 elsewhere. RadMatch's stages (extract, match, grade, and the error adjudication after
 scoring) are made by `pair_stages`; the baselines' single
 calls are stages too (`radmatch_audit.stages.baselines`).
@@ -19,9 +19,9 @@ from typing import Optional, Sequence, Union
 
 from pydantic import BaseModel
 
-from radmatch_audit.schemas import SERVER_LIMITS, SERVER_MAX_TOKENS, Limits, answer_models, validation_models
+from radmatch_audit.core.schemas import SERVER_LIMITS, SERVER_MAX_TOKENS, Limits, answer_models, validation_models
 from radmatch_audit.stages.prompt import Prompt, stage_prompt
-from radmatch_audit.vocabulary import ADJUDICATION, STAGES
+from radmatch_audit.core.vocabulary import ADJUDICATION, STAGES
 
 # calls on a pair's longest path from each stage's call to its record, that call included
 CHAIN = {stage: len(STAGES) - i for i, stage in enumerate(STAGES)}

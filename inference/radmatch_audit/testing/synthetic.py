@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from typing import get_args
 
-from radmatch_audit.records import Record, Stages
-from radmatch_audit.schemas import (
+from radmatch_audit.core.records import Record, Stages
+from radmatch_audit.core.schemas import (
     Comparison,
     Finding,
     GradingStage,

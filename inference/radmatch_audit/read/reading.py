@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, TextIO, Union
 
-from radmatch_audit.record_io import BadLine, iter_lines
-from radmatch_audit.records import JudgeInfo, Record
+from radmatch_audit.files.record_io import BadLine, iter_lines
+from radmatch_audit.core.records import JudgeInfo, Record
 from radmatch_audit.scoring import ensure_scored
 
 Source = Union[str, Path, TextIO, Iterable[str]]

@@ -6,7 +6,7 @@ significance tier and in total, with
 
 - a 95 % paired bootstrap interval that resamples studies (a study's candidates
   share one reference, so its pairs move together; a pair without a study id is its
-  own study), from `radmatch_audit.resampling`, seeded;
+  own study), from `radmatch_audit.read.resampling`, seeded;
 - a two-sided paired permutation p-value: under "A and B are exchangeable", the
   sign of each study's summed difference is flipped at random (every sign vector
   when there are few studies, an exact p; else `n_permutations` seeded draws, with
@@ -27,9 +27,9 @@ from typing import Any, Hashable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from radmatch_audit.reading import last_by_pair
-from radmatch_audit.records import Record
-from radmatch_audit.resampling import N_RESAMPLES, SEED, group_by_study, resample_studies
+from radmatch_audit.read.reading import last_by_pair
+from radmatch_audit.core.records import Record
+from radmatch_audit.read.resampling import N_RESAMPLES, SEED, group_by_study, resample_studies
 from radmatch_audit.scoring.results import ACTIONABLE_TIERS, ERROR_OUTCOMES, SIGNIFICANCE_TIERS
 
 N_PERMUTATIONS = 10_000

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from typing import Any, Collection, Literal, get_args
 
-from radmatch_audit.thresholds import QUANTITIES
+from radmatch_audit.core.thresholds import QUANTITIES
 
 Modality = Literal["chest_xray", "chest_ct", "abdomen_pelvis_ct", "head_ct", "brain_mri"]
 MODALITIES: tuple[str, ...] = get_args(Modality)
 DEFAULT_MODALITY = "chest_xray"
 
 # The judge's stages, in the order one pair runs them. The indication is read by code
-# (radmatch_audit.indication), not asked of the judge; the error adjudication runs after
+# (radmatch_audit.stages.indication), not asked of the judge; the error adjudication runs after
 # scoring, on the units scoring made (docs/judge.md rule 28), and can be switched off.
 Stage = Literal["extract", "match", "grade", "adjudicate"]
 STAGES: tuple[str, ...] = get_args(Stage)

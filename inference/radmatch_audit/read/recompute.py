@@ -10,8 +10,8 @@ from typing import Callable, Iterable
 
 from pydantic import ValidationError
 
-from radmatch_audit.corpus import CorpusSummary
-from radmatch_audit.record_io import BadLine, describe_error, parse_record
+from radmatch_audit.read.corpus import CorpusSummary
+from radmatch_audit.files.record_io import BadLine, describe_error, parse_record
 from radmatch_audit.scoring.record import ensure_scored, score_record
 
 __all__ = ["ensure_scored", "recompute_lines", "score_record"]

@@ -23,9 +23,9 @@ from typing import Any, Iterator, Optional, TextIO, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from radmatch_audit import records as _records
-from radmatch_audit.migrations import UnknownSchemaVersion
-from radmatch_audit.records import Record, migrate
+from radmatch_audit.core import records as _records
+from radmatch_audit.core.migrations import UnknownSchemaVersion
+from radmatch_audit.core.records import Record, migrate
 
 PRIVATE_FILE_MODE = 0o600
 # a write that fails for want of room: the disk, a quota, a file size limit

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from radmatch_audit.paths import install_command
+from radmatch_audit.files.paths import install_command
 
 METRIC_NAME = "radmatch"
 
@@ -21,11 +21,11 @@ METRIC_NAME = "radmatch"
 def script_path() -> str:
     """The metric script: `radmatch_audit/radmatch_metric.py` in a wheel, the checkout's otherwise.
 
-    A string, as `evaluate.load` needs: ``evaluate.load(radmatch_audit.metric.script_path())``
+    A string, as `evaluate.load` needs: ``evaluate.load(radmatch_audit.hf.metric.script_path())``
     loads the installed metric.
     """
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "radmatch_metric.py", here.parents[1] / "radmatch_metric.py"):
+    package = Path(__file__).resolve().parents[1]  # radmatch_audit/, above hf/
+    for candidate in (package / "radmatch_metric.py", package.parents[1] / "radmatch_metric.py"):
         if candidate.is_file():
             return str(candidate)
     raise FileNotFoundError(

@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from radmatch_audit.schemas import (
+from radmatch_audit.core.schemas import (
     SERVER_LIMITS, SERVER_MAX_TOKENS, SMALL_MODEL_LIMITS, SMALL_MODEL_MAX_TOKENS, Limits,
 )
-from radmatch_audit.vocabulary import DEFAULT_MODALITY, MODALITIES, Modality
+from radmatch_audit.core.vocabulary import DEFAULT_MODALITY, MODALITIES, Modality
 
 Backend = Literal["auto", "vllm", "hosted", "transformers"]
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
@@ -39,7 +39,7 @@ class Option:
 
     The environment variables (`JudgeConfig.from_env`), the judge flags of the command
     line (`radmatch_audit.cli.judge_options`) and the metric's options and their help
-    (`radmatch_audit.metric`) are all generated from these.
+    (`radmatch_audit.hf.metric`) are all generated from these.
     """
 
     help: str
@@ -176,7 +176,7 @@ class JudgeConfig(BaseModel):
             return None
         if self.cache_dir:
             return Path(self.cache_dir).expanduser()
-        from radmatch_audit.paths import cache_root
+        from radmatch_audit.files.paths import cache_root
 
         return cache_root() / "judge"
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Optional, get_args
 
-from radmatch_audit.records import Record
-from radmatch_audit.resampling import mean_interval, wilson_interval
-from radmatch_audit.scores import AdjudicationState
+from radmatch_audit.core.records import Record
+from radmatch_audit.read.resampling import mean_interval, wilson_interval
+from radmatch_audit.core.scores import AdjudicationState
 from radmatch_audit.scoring.results import (
     DIMENSIONS,
     OUTCOME_COUNT_KEYS,
@@ -136,7 +136,7 @@ class CorpusSummary:
 
     def mean_interval(self, count: str = "actionable") -> tuple[Optional[list[float]], int]:
         """95 % interval of the mean actionable (or, `count="significant"`, significant)
-        errors per pair that has that count, resampling studies (radmatch_audit.resampling,
+        errors per pair that has that count, resampling studies (radmatch_audit.read.resampling,
         seeded), and the number of studies; (None, n) when no pair has the count."""
         slot = 1 if count == "actionable" else 2
         # studies in a fixed (sorted) order: records are written as pairs finish, and the

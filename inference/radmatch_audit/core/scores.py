@@ -1,7 +1,7 @@
 """The scores of one pair as data: what the scoring core produces and a record embeds.
 
 This module sits below both `radmatch_audit.scoring` (which builds these values) and
-`radmatch_audit.records` (whose `Record.scores` holds them), so that the record format
+`radmatch_audit.core.records` (whose `Record.scores` holds them), so that the record format
 does not depend on the scoring core, and the core's `score_record` (which reads and
 writes records) can sit above the record format without a circle.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from radmatch_audit.schemas import MatchScope
+from radmatch_audit.core.schemas import MatchScope
 
 Outcome = Literal["COR", "PAR", "INC", "MIS", "SPU"]
 UnitKind = Literal["matched", "mis", "spu", "generic"]

@@ -64,7 +64,7 @@ def _requirement(extra: str) -> str:
 
 def _checkout_dir() -> Path | None:
     """The source checkout this package runs from, or None when it was installed."""
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[3]  # <repo>/inference/radmatch_audit/files/paths.py
     if (checkout / "pyproject.toml").is_file() and (checkout / "inference").is_dir():
         return checkout
     return None

@@ -8,7 +8,7 @@ TRL's `GRPOTrainer` calls each reward function as
 no advantage), per completion. Completions are strings, or, for conversational
 datasets, lists of ``{"role", "content"}`` messages.
 
-    >>> from radmatch_audit.reward import radmatch_reward
+    >>> from radmatch_audit.hf.reward import radmatch_reward
     >>> reward_fn = radmatch_reward(reference_column="reference")     # doctest: +SKIP
     >>> trainer = GRPOTrainer(model=..., reward_funcs=reward_fn, train_dataset=...)  # doctest: +SKIP
 
@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from radmatch_audit.metric import AnyRecord, MetricScorer, make_pairs, pair_errors
+from radmatch_audit.hf.metric import AnyRecord, MetricScorer, make_pairs, pair_errors
 
 log = logging.getLogger(__name__)
 

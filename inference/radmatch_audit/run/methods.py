@@ -1,6 +1,6 @@
 """What evaluating one pair is, per method: RadMatch's stages, or a baseline's single call.
 
-The runner (`radmatch_audit.pipeline.Evaluator`) owns the loop, the judge and the answer
+The runner (`radmatch_audit.run.pipeline.Evaluator`) owns the loop, the judge and the answer
 cache, and hands each pair to its method with the call path (`calls.JudgeCalls`). A
 method returns the pair's record, failed or not: a judge that fails gives a record with
 `error` and `failure` and no count, never zero errors.
@@ -19,20 +19,20 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Optional, Union
 
-from radmatch_audit.calls import JudgeCalls, PairSpend, StageFailed
-from radmatch_audit.control_strings import control_tokens
+from radmatch_audit.run.calls import JudgeCalls, PairSpend, StageFailed
+from radmatch_audit.core.control_strings import control_tokens
 from radmatch_audit.judges.base import Judge
-from radmatch_audit.records import (
+from radmatch_audit.core.records import (
     BaselineJudge, BaselineRecord, BaselineTimings, BaselineUsage, Failure, JudgeInfo, PairInput,
     Record, Sample, Stages, Timings, Usage,
 )
-from radmatch_audit.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits
+from radmatch_audit.core.schemas import SERVER_LIMITS, SMALL_MODEL_LIMITS, Limits
 from radmatch_audit.scoring import score_record
 from radmatch_audit.stages import JudgeStage, pair_stages, run_stages
 from radmatch_audit.stages.adjudication import adjudicate, adjudication_failed
 from radmatch_audit.stages.baselines import METHODS as BASELINES
 from radmatch_audit.stages.baselines import baseline_stage
-from radmatch_audit.vocabulary import STAGES
+from radmatch_audit.core.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from radmatch_audit.vocabulary import SCORING_STAGES
+from radmatch_audit.core.vocabulary import SCORING_STAGES
 
 SCHEMA_VERSION = 4
 BASELINE_SCHEMA_VERSION = 1

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from radmatch_audit.records import Record
-from radmatch_audit.schemas import Finding
+from radmatch_audit.core.records import Record
+from radmatch_audit.core.schemas import Finding
 from radmatch_audit.scoring.results import OUTCOMES, SIGNIFICANCE_TIERS
-from radmatch_audit.vocabulary import MODALITIES, check_choice
+from radmatch_audit.core.vocabulary import MODALITIES, check_choice
 
 KINDS = ("scored", "finding", "no_finding", "unit", "no_unit", "score",
          "no_evidence_from_section", "attributed", "flag")

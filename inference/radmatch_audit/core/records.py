@@ -5,7 +5,7 @@ which has no `record_type` key) and a single-call baseline's (`BaselineRecord`,
 `"record_type": "baseline"`, docs/agreement.md). Every field is typed here; `record_io`
 reads and writes records as JSON lines. Each kind has its `schema_version`, bumped on
 any incompatible change, and its migrations (forward only), which bring an older
-record up to date when it is read (`radmatch_audit.migrations`; `load_record`).
+record up to date when it is read (`radmatch_audit.core.migrations`; `load_record`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
-from radmatch_audit.migrations import (  # noqa: F401 (the versions and migrations, named here too)
+from radmatch_audit.core.migrations import (  # noqa: F401 (the versions and migrations, named here too)
     BASELINE, BASELINE_MIGRATIONS, BASELINE_SCHEMA_VERSION, MIGRATIONS, SCHEMA_VERSION,
     UnknownSchemaVersion, migrate,
 )
-from radmatch_audit.schemas import AdjudicationStage, Finding, GradingStage, MatchingAnswer
+from radmatch_audit.core.schemas import AdjudicationStage, Finding, GradingStage, MatchingAnswer
 # the score types sit below both this record format and the scoring core (which reads and
 # writes records in scoring.record): the record embeds scores, it does not depend on scoring
-from radmatch_audit.scores import Scores
-from radmatch_audit.vocabulary import check_modality
+from radmatch_audit.core.scores import Scores
+from radmatch_audit.core.vocabulary import check_modality
 
 # a later radmatch may add keys; they survive a rewrite. NaN and infinity are refused:
 # JSON has no such numbers (they would be written as null, which no reader accepts)

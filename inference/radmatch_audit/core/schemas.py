@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, model_validator
 
-from radmatch_audit.vocabulary import (
+from radmatch_audit.core.vocabulary import (
     ClinicalStatus,
     Comparison,
     MAX_UNIT_ERRORS,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from radmatch_audit.smollm import MODEL_NAME as EMBEDDED_MODEL
+from radmatch_audit.judges.smollm import MODEL_NAME as EMBEDDED_MODEL
 
 
 class NotClinicalWarning(UserWarning):

@@ -30,10 +30,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from radmatch_audit.cache import AnswerCache, cache_key
-from radmatch_audit.gate import CallGate
+from radmatch_audit.run.cache import AnswerCache, cache_key
+from radmatch_audit.run.gate import CallGate
 from radmatch_audit.judges.base import InvalidAnswerError, Judge, JudgeError, TransientJudgeError
-from radmatch_audit.records import Failure
+from radmatch_audit.core.records import Failure
 from radmatch_audit.stages.stage import JudgeStage
 
 log = logging.getLogger(__name__)

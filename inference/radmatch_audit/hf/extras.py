@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-from radmatch_audit.paths import install_command
+from radmatch_audit.files.paths import install_command
 
-# The embedded judge's imports (radmatch_audit.judges.local, radmatch_audit.smollm).
+# The embedded judge's imports (radmatch_audit.judges.local, radmatch_audit.judges.smollm).
 LOCAL_JUDGE_MODULES = ("torch", "transformers", "outlines", "llguidance", "gguf")
 
 

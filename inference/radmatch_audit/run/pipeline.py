@@ -6,7 +6,7 @@
 `Evaluator` owns the resources of a run and their lifetime: one event loop (in its
 own thread, so the same evaluator serves scripts, notebooks, training loops and the
 CLI, call after call), the judge and its HTTP client or model, and the answer
-cache. What one pair's evaluation is belongs to its method (`radmatch_audit.methods`):
+cache. What one pair's evaluation is belongs to its method (`radmatch_audit.run.methods`):
 RadMatch by default, or a single-call baseline (`method="count"`, `"enumerate"`).
 Use it as a context manager, or call `close()`.
 
@@ -27,16 +27,16 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
-from radmatch_audit.cache import MEMO_ENTRIES, AnswerCache
-from radmatch_audit.calls import JudgeCalls, RunStats
-from radmatch_audit.config import JudgeConfig
+from radmatch_audit.run.cache import MEMO_ENTRIES, AnswerCache
+from radmatch_audit.run.calls import JudgeCalls, RunStats
+from radmatch_audit.judges.config import JudgeConfig
 from radmatch_audit.judges.base import Judge
-from radmatch_audit.loop import LoopThread, stream
-from radmatch_audit.methods import AnyRecord, Method, make_method
-from radmatch_audit.records import PairInput
-from radmatch_audit.schemas import SERVER_LIMITS, Limits
+from radmatch_audit.run.loop import LoopThread, stream
+from radmatch_audit.run.methods import AnyRecord, Method, make_method
+from radmatch_audit.core.records import PairInput
+from radmatch_audit.core.schemas import SERVER_LIMITS, Limits
 from radmatch_audit.stages import JudgeStage, stage_prompt
-from radmatch_audit.vocabulary import DEFAULT_MODALITY, check_modality
+from radmatch_audit.core.vocabulary import DEFAULT_MODALITY, check_modality
 
 # The most pairs held open per judge call slot. A pair's stages run one after another,
 # and candidates share their reference's calls, so one pair per slot leaves the judge

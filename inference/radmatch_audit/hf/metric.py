@@ -11,7 +11,7 @@ client lives on one loop across `compute()` calls, and `compute()` works inside 
 running loop (notebooks) too.
 
 Options (keyword arguments of `evaluate.load(...)`): every `JudgeConfig` field, each
-declared once in `radmatch_audit.config` with its RADMATCH_* variable and help, and the
+declared once in `radmatch_audit.judges.config` with its RADMATCH_* variable and help, and the
 metric's own (`METRIC_OPTIONS`: records_path, progress, judge). `options_help()` lists
 them all with their variables and help; the metric's description shows that list.
 
@@ -34,18 +34,18 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from radmatch_audit.config import JudgeConfig
-from radmatch_audit.corpus import summarize
-from radmatch_audit.extras import require_local_judge
-from radmatch_audit.judge_notice import configured_identity, judge_identity, warn_not_clinical
-from radmatch_audit.metric_install import script_path  # noqa: F401  (documented: radmatch_audit.metric.script_path())
-from radmatch_audit.pipeline import Evaluator
-from radmatch_audit.record_io import RecordWriter
-from radmatch_audit.records import BaselineRecord, PairInput, Record
+from radmatch_audit.judges.config import JudgeConfig
+from radmatch_audit.read.corpus import summarize
+from radmatch_audit.hf.extras import require_local_judge
+from radmatch_audit.judges.judge_notice import configured_identity, judge_identity, warn_not_clinical
+from radmatch_audit.hf.metric_install import script_path  # noqa: F401  (documented: radmatch_audit.hf.metric.script_path())
+from radmatch_audit.run.pipeline import Evaluator
+from radmatch_audit.files.record_io import RecordWriter
+from radmatch_audit.core.records import BaselineRecord, PairInput, Record
 
 AnyRecord = Record | BaselineRecord
-from radmatch_audit.resampling import mean_interval
-from radmatch_audit.vocabulary import MODALITIES, check_choice
+from radmatch_audit.read.resampling import mean_interval
+from radmatch_audit.core.vocabulary import MODALITIES, check_choice
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class MetricScorer:
 
         `progress=True` shows the CLI's progress bar (tqdm, on stderr) while pairs run.
         """
-        from radmatch_audit.progress import progress_bar  # the bar `radmatch-audit evaluate` shows
+        from radmatch_audit.run.progress import progress_bar  # the bar `radmatch-audit evaluate` shows
 
         evaluator = self.evaluator
         before = evaluator.stats.judge_calls

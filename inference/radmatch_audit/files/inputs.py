@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
-from radmatch_audit.paths import install_command
-from radmatch_audit.records import PairInput
+from radmatch_audit.files.paths import install_command
+from radmatch_audit.core.records import PairInput
 
 DEFAULT_COLUMNS = {
     "reference": "reference",

@@ -15,7 +15,7 @@ def warm_prefixes(modality: Optional[str] = None) -> int:
     Returns the number of prefixes prefilled."""
     from radmatch_audit.judges.local import LocalTransformersJudge
     from radmatch_audit.stages.prompt import stage_prompt
-    from radmatch_audit.vocabulary import DEFAULT_MODALITY, STAGES
+    from radmatch_audit.core.vocabulary import DEFAULT_MODALITY, STAGES
 
     judge = LocalTransformersJudge()
     for stage in STAGES:

@@ -21,7 +21,7 @@ import zipfile
 from importlib.util import find_spec
 from pathlib import Path
 
-from radmatch_audit.paths import cache_root, install_command
+from radmatch_audit.files.paths import cache_root, install_command
 
 log = logging.getLogger(__name__)
 
