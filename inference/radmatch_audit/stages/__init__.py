@@ -6,7 +6,8 @@
   messages within the judge's context;
 - `stage`: each stage as one object (`JudgeStage`; RadMatch's three: `pair_stages`);
 - `baselines`: the paper's single-call baselines as stages;
-- `flow`: one pair through extract, match and grade.
+- `flow`: one pair through extract, match and grade;
+- `adjudication`: the error adjudication of a scored pair's units.
 """
 
 from radmatch_audit.core.schemas import ANSWER_MODELS, SERVER_MAX_TOKENS, SMALL_MODEL_MAX_TOKENS
