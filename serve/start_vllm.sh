@@ -74,32 +74,13 @@
 # unit is "active" only when the judge is ready.
 set -euo pipefail
 
-# ---- Model profiles --------------------------------------------------------
-# name | Hugging Face id | weights MiB | KV floor MiB | description
-#   weights: held on the GPUs after online FP8 quantisation (FP8 linear layers,
-#            BF16 embedding), per replica; split evenly over its tp GPUs.
-#   KV floor: the least FP8 KV cache worth serving with (a few concurrent
-#            RadMatch calls at --max-model-len), per replica; also split over tp.
-# One replica fits on tp GPUs when, per GPU,
-#   weights / tp + RUNTIME_RESERVE_MIB + KV floor / tp <= GPU_MEMORY_UTILIZATION x GPU memory;
-# the script takes the smallest such tp from TP_CHOICES, then as many replicas
-# (data parallelism) as the GPUs allow: dp = floor(GPUs / tp).
-# gemma4-31b: 28.7 GB FP8 linear weights + 2.8 GB BF16 embedding = 31.5 GB = 30041 MiB
-#            (the text model: --language-model-only leaves the ~0.7 GiB vision tower out).
-# gemma4-26b-a4b: estimated from ~25.2 B parameters at one byte plus a BF16
-#            embedding; check "Model loading took ... GiB" in the log on first start.
-readonly PROFILES="
-gemma4-31b      google/gemma-4-31B-it      30041  4096  Gemma 4 31B dense, the paper's open judge (default)
-gemma4-26b-a4b  google/gemma-4-26B-A4B-it  24800  2048  Gemma 4 26B-A4B MoE, smaller fallback (agreement not validated)
-"
-readonly DEFAULT_PROFILE=gemma4-31b
-readonly RUNTIME_RESERVE_MIB=1536  # per GPU: activations, CUDA graphs, NCCL buffers
-readonly TP_CHOICES=(1 2 4 8)
-# What a dry run plans for on a machine without a GPU (name, MiB as nvidia-smi prints
-# them, compute capability): the smallest common single card that holds the default
-# profile, so that an admin can read the weights check and the command before buying.
-readonly EXAMPLE_GPU_NAME="NVIDIA H100 80GB HBM3" EXAMPLE_GPU_MIB=81559
-readonly EXAMPLE_GPU_CC=90 EXAMPLE_GPU_CC_TEXT=9.0
+# ---- The GPU plan -----------------------------------------------------------
+# serve/gpu_plan.py makes it from nvidia-smi's answers, with the system python3: the
+# model profiles (`--help` prints them), tensor parallelism (the fewest GPUs whose
+# memory holds one replica), data parallelism (as many replicas as the GPUs allow),
+# the memory arithmetic, the KV cache's type, and the driver, GPU generation and
+# Python checks against what vLLM needs. This script runs nvidia-smi, asks it, and
+# starts vLLM.
 
 # RadMatch sends four calls per pair, 17-33k input tokens in all (paper, Tab. 6):
 # one call is at most ~12k input tokens (instructions + exemplars + the pair),
@@ -109,12 +90,6 @@ readonly DEFAULT_MAX_MODEL_LEN=16384
 readonly DEFAULT_SERVED_NAME=radmatch-judge
 HEALTH_TIMEOUT_S=${RADMATCH_HEALTH_TIMEOUT_S:-1800}  # loading 31B + compiling
 
-# What the pinned vLLM (serve/requirements.txt) needs from this machine.
-readonly VLLM_VERSION=0.33.0
-readonly PYTHON_MIN_MINOR=11 PYTHON_MAX_MINOR=14  # Python 3.11-3.14 (the wheel's Requires-Python)
-readonly DRIVER_MIN_MAJOR=580                     # the wheel links CUDA 13: driver R580+
-readonly CC_MIN=80       # compute capability x10: BF16 and FP8 weight kernels (Ampere+)
-readonly CC_FP8_KV=89    # FP8 KV cache: vLLM's Triton attention (Gemma 4) refuses it below 8.9
 # Grammar compiles of RadMatch's answer schemas for a 262k vocabulary on 2 busy cores
 # (BENCHMARKS.md): 14-18 s each with xgrammar on an idle machine (up to 200 s on a busy
 # one), which vLLM does not time-limit for JSON schemas; with outlines the extraction
@@ -127,7 +102,7 @@ readonly SERVE_DIR
 
 # ---- Settings (from options, then environment, then defaults) ---------------
 MODE=start
-PROFILE=${RADMATCH_PROFILE:-$DEFAULT_PROFILE}
+PROFILE=${RADMATCH_PROFILE:-}  # default: gpu_plan.py's
 MODEL_DIR=${RADMATCH_MODEL_DIR:-}
 HOST=${RADMATCH_HOST:-127.0.0.1}
 PORT=${RADMATCH_PORT:-8000}
@@ -144,11 +119,11 @@ CHECK_URL=""
 GPU_UTIL=${GPU_MEMORY_UTILIZATION:-0.92}
 
 # Filled in by the functions below.
-PROFILE_ID="" PROFILE_WEIGHTS_MIB=0 PROFILE_KV_MIB=0 PROFILE_DESC=""
-GPU_COUNT=0 GPU_MIN_MIB=0 GPU_NAME="" GPU_PROBLEM="" EXAMPLE_GPUS=0
-FIT_TP=0 TP_SOURCE="" DP_SOURCE="" IDLE_GPUS=0
+VLLM_VERSION="" PROFILE_ID="" PROFILE_DESC="" TP_SOURCE="" DP_SOURCE=""
+GPU_MEMORY_CSV="" GPU_CAPS_CSV="" GPU_PROBLEM="" EXAMPLE_GPU_NAME=""
+PLAN_LINES="" MEMORY_LINES="" GPU_SOFTWARE_LINES="" PYTHON_LINE=""
 WEIGHTS_MISSING=0 WEIGHTS_PROBLEM="" FROM_HUB=0 VLLM_EXE="" VLLM_FOUND=0
-PYTHON_EXE="" PYTHON_VERSION="" DRIVER_VERSION="" GPU_CC=0 GPU_CC_TEXT="" KV_CACHE_DTYPE=""
+PYTHON_EXE="" KV_CACHE_DTYPE=""
 SOFTWARE_PROBLEMS=()
 STOP_CODES=() STOP_REASONS=()  # a dry run: every reason a start would stop for
 API_KEY="" API_KEY_SOURCE="" API_KEY_PENDING=""
@@ -162,7 +137,7 @@ SERVER_ENV=()
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"
     echo
-    profile_table
+    python3 "$SERVE_DIR/gpu_plan.py" profiles || echo "(the profile table needs python3: python3 serve/gpu_plan.py profiles)"
 }
 
 log() {
@@ -190,10 +165,6 @@ note_stop() {
 }
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
-ceil_div() { echo $((($1 + $2 - 1) / $2)); }
-
-# Usable MiB of a GPU of $1 MiB under the memory-utilisation fraction.
-usable_mib() { awk -v m="$1" -v u="$GPU_UTIL" 'BEGIN { printf "%d", m * u }'; }
 
 is_loopback() {
     case $1 in
@@ -209,123 +180,78 @@ mask_key() {
     printf '***(%d chars, sha256 %s)' "${#1}" "$fp"
 }
 
-# ---- Profiles ---------------------------------------------------------------
-profile_names() { awk 'NF { print $1 }' <<<"$PROFILES"; }
-
-profile_table() {
-    local name id weights kv desc
-    echo "Profiles (weights and KV floor per replica, split over its tp GPUs; each GPU also"
-    echo "needs $RUNTIME_RESERVE_MIB MiB runtime, all within GPU_MEMORY_UTILIZATION x its memory):"
-    printf '  %-16s %-27s %12s %13s  %s\n' profile "Hugging Face id" "weights MiB" "KV floor MiB" description
-    while read -r name id weights kv desc; do
-        [[ -n $name ]] || continue
-        printf '  %-16s %-27s %12s %13s  %s\n' "$name" "$id" "$weights" "$kv" "$desc"
-    done <<<"$PROFILES"
-}
-
-load_profile() {
-    local name id weights kv desc
-    while read -r name id weights kv desc; do
-        if [[ $name == "$1" ]]; then
-            PROFILE_ID=$id PROFILE_WEIGHTS_MIB=$weights PROFILE_KV_MIB=$kv PROFILE_DESC=$desc
-            return 0
-        fi
-    done <<<"$PROFILES"
-    die 2 "unknown profile '$1' (profiles: $(profile_names | tr '\n' ' '))"
-}
-
-# Per-GPU need in MiB for weights $1 and KV floor $2 at tensor parallelism $3.
-need_per_gpu_mib() {
-    echo $(($(ceil_div "$1" "$3") + RUNTIME_RESERVE_MIB + $(ceil_div "$2" "$3")))
-}
-
-# ---- GPUs -------------------------------------------------------------------
-# Reads `nvidia-smi --query-gpu=name,memory.total` (MiB), restricted to
-# CUDA_VISIBLE_DEVICES when that lists indices. Sets GPU_COUNT, GPU_MIN_MIB, GPU_NAME.
-detect_gpus() {
-    local out index=0 name mem visible=",${CUDA_VISIBLE_DEVICES:-},"
+# ---- GPUs and the plan --------------------------------------------------------
+# nvidia-smi's name and memory (MiB) of each GPU, and its driver version and compute
+# capability (drivers before 2021 know no compute_cap field). Sets GPU_MEMORY_CSV,
+# GPU_CAPS_CSV, or GPU_PROBLEM when there is no nvidia-smi or it fails.
+query_gpus() {
     if ! command -v nvidia-smi >/dev/null 2>&1; then
         GPU_PROBLEM="nvidia-smi not found (no NVIDIA driver on this machine?)"
         return 0
     fi
-    if ! out=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits 2>&1); then
-        GPU_PROBLEM="nvidia-smi failed: $(head -n 1 <<<"$out")"
+    if ! GPU_MEMORY_CSV=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits 2>&1); then
+        GPU_PROBLEM="nvidia-smi failed: $(head -n 1 <<<"$GPU_MEMORY_CSV")"
+        GPU_MEMORY_CSV=""
         return 0
     fi
-    while IFS=, read -r name mem; do
-        mem=${mem//[[:space:]]/}
-        is_uint "$mem" || continue
-        if [[ ${CUDA_VISIBLE_DEVICES:-} =~ ^[0-9,]+$ && $visible != *",$index,"* ]]; then
-            index=$((index + 1))
-            continue
-        fi
-        index=$((index + 1))
-        GPU_COUNT=$((GPU_COUNT + 1))
-        if ((GPU_MIN_MIB == 0 || mem < GPU_MIN_MIB)); then
-            GPU_MIN_MIB=$mem
-            GPU_NAME=$(sed 's/^[[:space:]]*//; s/[[:space:]]*$//' <<<"$name")
-        fi
-    done <<<"$out"
-    ((GPU_COUNT > 0)) || GPU_PROBLEM="nvidia-smi lists no usable GPU"
+    GPU_CAPS_CSV=$(nvidia-smi --query-gpu=driver_version,compute_cap --format=csv,noheader 2>/dev/null) \
+        || GPU_CAPS_CSV=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null) \
+        || GPU_CAPS_CSV=""
 }
 
-# The driver version and the lowest compute capability of the GPUs in use, from
-# `nvidia-smi --query-gpu=driver_version,compute_cap` (restricted to
-# CUDA_VISIBLE_DEVICES as above; drivers before 2021 know no compute_cap field).
-# Sets DRIVER_VERSION, GPU_CC (x10, 0 when unknown) and GPU_CC_TEXT.
-detect_driver() {
-    local out index=0 driver cap cc visible=",${CUDA_VISIBLE_DEVICES:-},"
-    out=$(nvidia-smi --query-gpu=driver_version,compute_cap --format=csv,noheader 2>/dev/null) \
-        || out=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null) \
-        || return 0
-    while IFS=, read -r driver cap; do
-        driver=${driver//[[:space:]]/} cap=${cap//[[:space:]]/}
-        [[ $driver =~ ^[0-9]+(\.[0-9]+)*$ ]] || continue
-        if [[ ${CUDA_VISIBLE_DEVICES:-} =~ ^[0-9,]+$ && $visible != *",$index,"* ]]; then
-            index=$((index + 1))
-            continue
-        fi
-        index=$((index + 1))
-        DRIVER_VERSION=$driver
-        if [[ $cap =~ ^([0-9]+)\.([0-9])$ ]]; then
-            cc=$((BASH_REMATCH[1] * 10 + BASH_REMATCH[2]))
-            if ((GPU_CC == 0 || cc < GPU_CC)); then
-                GPU_CC=$cc GPU_CC_TEXT=$cap
-            fi
-        fi
-    done <<<"$out"
+# Runs serve/gpu_plan.py with the given arguments and takes in its KEY=value records
+# (each ended by NUL; values may span lines): a STOP stops a start (a dry run notes it,
+# but a usage error, code 2, stops that too); the other keys set the variables named.
+read_plan_records() {
+    local records=() record key value
+    command -v python3 >/dev/null 2>&1 \
+        || die 7 "python3 not found: the GPU plan is made by $SERVE_DIR/gpu_plan.py with the system python3 (3.10 or newer)"
+    mapfile -d '' -t records < <(python3 "$SERVE_DIR/gpu_plan.py" "$@")
+    if ((${#records[@]} == 0)) || [[ ${records[-1]} != END= ]]; then
+        die 7 "$SERVE_DIR/gpu_plan.py gave no plan (python3 $(python3 -V 2>&1)); its error is above"
+    fi
+    for record in "${records[@]}"; do
+        key=${record%%=*} value=${record#*=}
+        case $key in
+            STOP)
+                [[ $MODE == dry-run && ${value%% *} != 2 ]] || die "${value%% *}" "${value#* }"
+                note_stop "${value%% *}" "${value#* }"
+                ;;
+            WARNING) log "$value" ;;
+            SOFTWARE_PROBLEM) SOFTWARE_PROBLEMS+=("$value") ;;
+            VLLM_VERSION) VLLM_VERSION=$value ;;
+            PROFILE) PROFILE=$value ;;
+            PROFILE_ID) PROFILE_ID=$value ;;
+            PROFILE_DESC) PROFILE_DESC=$value ;;
+            TP) TP=$value ;;
+            DP) DP=$value ;;
+            KV_CACHE_DTYPE) KV_CACHE_DTYPE=$value ;;
+            EXAMPLE_GPU_NAME) EXAMPLE_GPU_NAME=$value ;;
+            PLAN_LINES) PLAN_LINES=$value ;;
+            MEMORY_LINES) MEMORY_LINES=$value ;;
+            GPU_SOFTWARE_LINES) GPU_SOFTWARE_LINES=$value ;;
+            PYTHON_LINE) PYTHON_LINE=$value ;;
+            END) ;;
+            *) die 7 "$SERVE_DIR/gpu_plan.py gave an unknown record: ${key:0:40}" ;;
+        esac
+    done
 }
 
-# The driver and the GPU generation against what vLLM needs; the KV cache's type.
-# Problems are collected in SOFTWARE_PROBLEMS (a start refuses, a dry run lists them).
-check_driver_and_gpus() {
-    local major=${DRIVER_VERSION%%.*}
-    if ((EXAMPLE_GPUS)); then
-        :  # no driver to check on a machine without a GPU
-    elif [[ -z $DRIVER_VERSION ]]; then
-        log "warning: nvidia-smi gave no driver version; vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer"
-    elif ((major < DRIVER_MIN_MAJOR)); then
-        SOFTWARE_PROBLEMS+=("NVIDIA driver $DRIVER_VERSION is too old: vLLM $VLLM_VERSION is built for CUDA 13 (libcudart.so.13), which needs driver R$DRIVER_MIN_MAJOR or newer.
-  Fix: install the R$DRIVER_MIN_MAJOR (or newer) driver for these GPUs (Ubuntu: sudo apt install nvidia-driver-$DRIVER_MIN_MAJOR-open, or the
-  nvidia-driver-$DRIVER_MIN_MAJOR package; or NVIDIA's CUDA 13 repository), reboot, and check that nvidia-smi shows $DRIVER_MIN_MAJOR.xx or newer.")
-    fi
-    if ((GPU_CC == 0)); then
-        KV_CACHE_DTYPE=auto  # unknown generation: the model's BF16, which every supported GPU runs
-    elif ((GPU_CC < CC_MIN)); then
-        SOFTWARE_PROBLEMS+=("$GPU_NAME has compute capability $GPU_CC_TEXT: vLLM runs Gemma 4 in BF16 with FP8 weights, which need 8.0 or newer (A100, L40S, RTX 30/40/50 series, H100).
-  Fix: run the judge on newer GPUs and point RADMATCH_BASE_URL at them.")
-        KV_CACHE_DTYPE=auto
-    elif ((GPU_CC < CC_FP8_KV)); then
-        KV_CACHE_DTYPE=auto
-    else
-        KV_CACHE_DTYPE=fp8
-    fi
+# The plan for the GPUs nvidia-smi lists (CUDA_VISIBLE_DEVICES restricts them); without
+# a GPU a start stops here (exit 3) and a dry run plans for example GPUs.
+make_plan() {
+    query_gpus
+    # --option=value: a value may begin with "--" (--tp-source=--tp)
+    read_plan_records plan "--profile=$PROFILE" "--util=$GPU_UTIL" "--tp=$TP" "--dp=$DP" \
+        "--tp-source=$TP_SOURCE" "--dp-source=$DP_SOURCE" "--visible=${CUDA_VISIBLE_DEVICES:-}" \
+        "--no-gpu=$GPU_PROBLEM" --gpus-csv=<(printf '%s\n' "$GPU_MEMORY_CSV") \
+        --caps-csv=<(printf '%s\n' "$GPU_CAPS_CSV")
 }
 
 # The python that runs vLLM (VLLM_PYTHON, else the one next to the vllm found, else
-# python3 on PATH, which would make serve/.venv) against the wheel's Python range.
+# python3 on PATH, which would make serve/.venv), checked against the wheel's range.
 check_python() {
-    local minor
+    local version args=()
     if [[ -n ${VLLM_PYTHON:-} ]]; then
         PYTHON_EXE=$VLLM_PYTHON
     elif ((VLLM_FOUND)) && [[ -x $(dirname "$VLLM_EXE")/python ]]; then
@@ -334,44 +260,14 @@ check_python() {
         PYTHON_EXE=$(command -v python3 2>/dev/null || true)
     fi
     [[ -n $PYTHON_EXE ]] || PYTHON_EXE=python3
-    PYTHON_VERSION=$("$PYTHON_EXE" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || true)
-    if [[ ! $PYTHON_VERSION =~ ^3\.([0-9]+)\. ]]; then
-        ((VLLM_FOUND == 0)) || log "warning: cannot tell the version of $PYTHON_EXE"
-        PYTHON_VERSION=""
-        return 0
-    fi
-    minor=${BASH_REMATCH[1]}
-    if ((minor < PYTHON_MIN_MINOR || minor > PYTHON_MAX_MINOR)); then
-        SOFTWARE_PROBLEMS+=("$PYTHON_EXE is Python $PYTHON_VERSION: vLLM $VLLM_VERSION needs Python 3.$PYTHON_MIN_MINOR-3.$PYTHON_MAX_MINOR (Ubuntu 22.04's python3 is 3.10).
-  Fix: install one (Ubuntu 22.04: sudo apt install python3.11 python3.11-venv; or uv python install 3.12) and
-  make serve/.venv with it: serve/install.sh --python python3.11")
-    fi
+    version=$("$PYTHON_EXE" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || true)
+    ((VLLM_FOUND == 0)) || args=(--vllm-found)
+    read_plan_records python-check "--exe=$PYTHON_EXE" "--version=$version" "${args[@]}"
 }
 
 # One line each: the software checks and the decisions taken from them.
 software_lines() {
-    local kv_why
-    if [[ -n $PYTHON_VERSION ]]; then
-        echo "python: $PYTHON_EXE $PYTHON_VERSION (vLLM $VLLM_VERSION needs 3.$PYTHON_MIN_MINOR-3.$PYTHON_MAX_MINOR)"
-    else
-        echo "python: $PYTHON_EXE (version unknown; vLLM $VLLM_VERSION needs 3.$PYTHON_MIN_MINOR-3.$PYTHON_MAX_MINOR)"
-    fi
-    if ((EXAMPLE_GPUS)); then
-        echo "NVIDIA driver: none on this machine (vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer for CUDA 13)"
-    else
-        echo "NVIDIA driver: ${DRIVER_VERSION:-unknown} (vLLM $VLLM_VERSION needs R$DRIVER_MIN_MAJOR or newer for CUDA 13)"
-    fi
-    if ((GPU_CC == 0)); then
-        kv_why="compute capability unknown: BF16, which every supported GPU runs"
-        echo "compute capability: unknown (nvidia-smi has no compute_cap field)"
-    elif ((GPU_CC >= CC_FP8_KV)); then
-        kv_why="compute capability $GPU_CC_TEXT >= 8.9"
-        echo "compute capability: $GPU_CC_TEXT ($GPU_NAME): FP8 weights on native FP8 kernels"
-    else
-        kv_why="FP8 needs 8.9 or newer: Gemma 4's Triton attention refuses it on $GPU_CC_TEXT; the same KV memory holds half the tokens"
-        echo "compute capability: $GPU_CC_TEXT ($GPU_NAME): FP8 weights on weight-only kernels (Marlin W8A16), slower than on 8.9+"
-    fi
-    echo "KV cache: $([[ $KV_CACHE_DTYPE == fp8 ]] && echo FP8 || echo "BF16 (--kv-cache-dtype auto)") ($kv_why)"
+    printf '%s\n' "$PYTHON_LINE" "$GPU_SOFTWARE_LINES"
     compile_line
 }
 
@@ -395,151 +291,17 @@ compile_line() {
 
 outlines_cache_dir() { echo "${XDG_CACHE_HOME:-$HOME/.cache}/radmatch/outlines"; }
 
-# The memory arithmetic of the current profile at tensor parallelism $1.
-explain_memory() {
-    local tp=$1 usable
-    usable=$(usable_mib "$GPU_MIN_MIB")
-    cat <<EOF
-  memory per GPU at tensor parallelism $tp:
-    FP8 weights     $PROFILE_WEIGHTS_MIB MiB / $tp = $(ceil_div "$PROFILE_WEIGHTS_MIB" "$tp") MiB
-    runtime         $RUNTIME_RESERVE_MIB MiB (activations, CUDA graphs, NCCL)
-    KV cache floor  $PROFILE_KV_MIB MiB / $tp = $(ceil_div "$PROFILE_KV_MIB" "$tp") MiB
-    needed          $(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp") MiB
-    usable          $usable MiB ($GPU_UTIL x $GPU_MIN_MIB MiB)
-EOF
-}
-
-# Why the profile does not fit, and what would.
-alternatives() {
-    local tp need usable other id weights kv desc
-    usable=$(usable_mib "$GPU_MIN_MIB")
-    echo "  alternatives:"
-    for tp in "${TP_CHOICES[@]}"; do
-        ((tp > GPU_COUNT)) || continue
-        need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp")
-        if ((need <= usable)); then
-            echo "    - more GPUs: $tp x $GPU_MIN_MIB MiB GPUs (tensor parallelism $tp) need $need MiB each, which fits;"
-            break
-        fi
-    done
-    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" 1)
-    echo "    - a larger GPU: one with at least $(awk -v n="$need" -v u="$GPU_UTIL" \
-        'BEGIN { printf "%d", n / u + 0.999 }') MiB (e.g. a 48 GB or 80 GB card);"
-    while read -r other id weights kv desc; do
-        [[ -n $other && $other != "$PROFILE" ]] || continue
-        for tp in "${TP_CHOICES[@]}"; do
-            ((tp <= GPU_COUNT)) || break
-            need=$(need_per_gpu_mib "$weights" "$kv" "$tp")
-            if ((need <= usable)); then
-                echo "    - a smaller profile: --profile $other ($desc) needs $need MiB per GPU at tensor parallelism $tp and fits here;"
-                break
-            fi
-        done
-    done <<<"$PROFILES"
-    echo "    - or run the judge on another workstation and point RADMATCH_BASE_URL at it."
-}
-
 plural() { if (($1 == 1)) then echo "$1 $2"; else echo "$1 $2s"; fi; }
 
-no_gpu_message() {
-    echo "no GPU: $GPU_PROBLEM.
-  $PROFILE ($PROFILE_DESC) needs NVIDIA GPUs: $PROFILE_WEIGHTS_MIB MiB of FP8 weights plus
-  $RUNTIME_RESERVE_MIB MiB runtime and a $PROFILE_KV_MIB MiB KV cache floor (e.g. two 32 GB or one 48 GB GPU).
-  Run this script on the GPU workstation. To try the client without a GPU, see
-  scripts/setup_vllm_cpu.sh (CPU vLLM with a tiny model: structure only, not clinical quality)."
-}
-
-# A dry run without a GPU plans for example GPUs (one, or as many as --tp x --dp ask
-# for) so that the weights check and the command are still shown; it exits 3 after.
-use_example_gpus() {
-    local tp=${TP:-1}
-    EXAMPLE_GPUS=$((tp * ${DP:-1}))
-    GPU_COUNT=$EXAMPLE_GPUS GPU_MIN_MIB=$EXAMPLE_GPU_MIB GPU_NAME=$EXAMPLE_GPU_NAME
-    GPU_CC=$EXAMPLE_GPU_CC GPU_CC_TEXT=$EXAMPLE_GPU_CC_TEXT
-}
-
-# Tensor parallelism: the fewest GPUs (from TP_CHOICES) whose memory holds one
-# replica, or --tp. Data parallelism: as many replicas as the remaining GPUs
-# allow, floor(GPUs / tp), or --dp; GPUs left over stay idle. Refuses when the
-# GPUs cannot hold one replica. Sets TP, DP, FIT_TP and IDLE_GPUS.
-choose_parallelism() {
-    local tp candidate need usable largest=1
-    if ((GPU_COUNT == 0)); then
-        [[ $MODE == dry-run ]] || die 3 "$(no_gpu_message)"
-        note_stop 3 "$(no_gpu_message)"
-        use_example_gpus
-    fi
-    usable=$(usable_mib "$GPU_MIN_MIB")
-    FIT_TP=0
-    for candidate in "${TP_CHOICES[@]}"; do
-        ((candidate <= GPU_COUNT)) || break
-        largest=$candidate
-        need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$candidate")
-        if ((FIT_TP == 0 && need <= usable)); then
-            FIT_TP=$candidate
-        fi
-    done
-    if [[ -n $TP ]]; then
-        tp=$TP
-        ((tp <= GPU_COUNT)) || die 2 "--tp $tp but only $GPU_COUNT GPU(s) found"
-    elif ((FIT_TP > 0)); then
-        tp=$FIT_TP
-    else
-        tp=$largest  # does not fit: refused below, with the arithmetic at this tp
-    fi
-    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$tp")
-    if ((need > usable)); then
-        [[ $MODE == dry-run ]] || die 3 "$(does_not_fit "$tp")"
-        note_stop 3 "$(does_not_fit "$tp")"
-    fi
-    TP=$tp
-    if [[ -n $DP ]]; then
-        ((DP * TP <= GPU_COUNT)) \
-            || die 2 "--dp $DP x tensor parallelism $TP needs $((DP * TP)) GPUs but only $GPU_COUNT found"
-    else
-        DP=$((GPU_COUNT / TP))
-    fi
-    IDLE_GPUS=$((GPU_COUNT - TP * DP))
-}
-
-does_not_fit() {
-    echo "refusing to start: $PROFILE does not fit on $GPU_COUNT x $GPU_NAME ($GPU_MIN_MIB MiB) at tensor parallelism $1.
-$(explain_memory "$1")
-$(alternatives)"
-}
-
-# The parallelism arithmetic in two plain lines, e.g.
+# The plan in plain lines, e.g.
 #   4 GPUs x 32607 MiB (NVIDIA GeForce RTX 5090, 29998 usable); one replica needs 2:
 #     (model 30041 + KV cache 4096) / 2 + runtime 1536 = 18605 MiB per GPU   [one line]
 #   TP 2 x DP 2 = 4 GPUs
 plan_lines() {
-    local usable need note="" fit=$FIT_TP
-    usable=$(usable_mib "$GPU_MIN_MIB")
-    ((fit > 0)) || fit=$TP  # it does not fit (a dry run): the arithmetic at the tp tried
-    need=$(need_per_gpu_mib "$PROFILE_WEIGHTS_MIB" "$PROFILE_KV_MIB" "$fit")
-    ((EXAMPLE_GPUS == 0)) || echo "example GPU: this machine has none ($GPU_PROBLEM), so the plan is for:"
-    if ((FIT_TP > 0)); then
-        echo "$(plural "$GPU_COUNT" GPU) x $GPU_MIN_MIB MiB ($GPU_NAME, $usable usable);" \
-            "one replica needs $fit: (model $PROFILE_WEIGHTS_MIB + KV cache $PROFILE_KV_MIB) / $fit" \
-            "+ runtime $RUNTIME_RESERVE_MIB = $need MiB per GPU"
-    else
-        echo "$(plural "$GPU_COUNT" GPU) x $GPU_MIN_MIB MiB ($GPU_NAME, $usable usable);" \
-            "one replica does not fit: (model $PROFILE_WEIGHTS_MIB + KV cache $PROFILE_KV_MIB) / $fit" \
-            "+ runtime $RUNTIME_RESERVE_MIB = $need MiB per GPU at tensor parallelism $fit"
-    fi
-    if [[ -n $TP_SOURCE || -n $DP_SOURCE ]]; then
-        note=" (set by ${TP_SOURCE:+$TP_SOURCE $TP}${TP_SOURCE:+${DP_SOURCE:+, }}${DP_SOURCE:+$DP_SOURCE $DP})"
-    fi
-    if ((IDLE_GPUS > 0)); then
-        if [[ -n $DP_SOURCE ]]; then
-            note+="; $(plural "$IDLE_GPUS" GPU) left idle"
-        else
-            note+="; $(plural "$IDLE_GPUS" GPU) left idle ($GPU_COUNT is not a multiple of $TP)"
-        fi
-    fi
-    echo "TP $TP x DP $DP = $(plural $((TP * DP)) GPU)$note"
+    printf '%s\n' "$PLAN_LINES"
     echo "thinking: $THINKING for requests that do not say (clients choose per request with --thinking / --no-thinking)"
 }
+
 
 # ---- Weights ----------------------------------------------------------------
 hub_dir() { echo "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"; }
@@ -825,7 +587,7 @@ print_dry_run() {
     echo "# RadMatch judge, dry run: nothing was started or written."
     echo "# profile $PROFILE: $PROFILE_DESC"
     plan_lines | sed 's/^/# /'
-    explain_memory "$TP" | sed 's/^/#/'
+    printf '%s\n' "$MEMORY_LINES" | sed 's/^/#/'
     software_lines | sed 's/^/# /'
     if ((WEIGHTS_MISSING)); then
         weights_help | sed 's/^/# /'
@@ -877,7 +639,7 @@ refuse_or_pass() {
             log "error: ${STOP_REASONS[i]}"
         fi
     done
-    ((EXAMPLE_GPUS == 0)) || note=" (The plan on stdout is for an example GPU, $EXAMPLE_GPU_NAME; on the workstation a dry run plans for its own.)"
+    [[ -z $EXAMPLE_GPU_NAME ]] || note=" (The plan on stdout is for an example GPU, $EXAMPLE_GPU_NAME; on the workstation a dry run plans for its own.)"
     die "${STOP_CODES[0]}" "dry run: a start would stop with exit ${STOP_CODES[0]}:" \
         "$(plural "${#STOP_CODES[@]}" reason) above, each 'refused' on stdout.$note"
 }
@@ -1030,11 +792,6 @@ parse_args() {
     fi
     is_uint "$COMPILE_LIMIT_S" \
         || die 2 "--compile-limit (RADMATCH_COMPILE_LIMIT_S) must be a number of seconds (0: no limit), got '$COMPILE_LIMIT_S'"
-    [[ $GPU_UTIL =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] \
-        || die 2 "GPU_MEMORY_UTILIZATION must be a fraction such as 0.92, got '$GPU_UTIL'"
-    [[ -z $TP ]] || [[ " ${TP_CHOICES[*]} " == *" $TP "* ]] \
-        || die 2 "--tp must be one of ${TP_CHOICES[*]}, got '$TP'"
-    [[ -z $DP ]] || [[ $DP =~ ^[1-9][0-9]*$ ]] || die 2 "--dp must be a positive number, got '$DP'"
 }
 
 main() {
@@ -1048,11 +805,7 @@ main() {
     LOG_FILE=${LOG_FILE:-${XDG_STATE_HOME:-$HOME/.local/state}/radmatch/radmatch-judge.log}
     [[ $MODE == dry-run ]] || mkdir -p "$(dirname "$LOG_FILE")"
 
-    load_profile "$PROFILE"
-    detect_gpus
-    choose_parallelism
-    detect_driver
-    check_driver_and_gpus
+    make_plan
     resolve_model_dir
     resolve_vllm
     check_python
