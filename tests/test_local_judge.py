@@ -22,8 +22,9 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("outlines")
 
 from radmatch_audit.judges import local
-from radmatch_audit.judges.local import (
-    LocalTransformersJudge,
+from radmatch_audit.judges.local import LocalTransformersJudge
+from radmatch_audit.judges.local_model import (
+    GPU_HEADROOM,
     bf16_weight_bytes,
     check_transformers,
     gpu_spill_problem,
@@ -228,7 +229,7 @@ def test_modules_placed_on_the_cpu_are_found():
         "model.layers.59", "lm_head",
     ]
     assert spilled_modules(None) == []
-    assert local.GPU_HEADROOM < 1
+    assert GPU_HEADROOM < 1
 
 
 # --------------------------------------------------------------------------- decoding

@@ -485,7 +485,8 @@ def test_a_server_error_that_quotes_nothing_sent_is_shown(tmp_path):
 
 
 def test_an_echo_is_caught_through_escapes_and_a_server_s_own_words_are_kept():
-    from radmatch_audit.judges.openai_compat import ECHOED, _shown
+    from radmatch_audit.judges.faults import ECHOED
+    from radmatch_audit.judges.faults import shown as _shown
 
     sent = json.dumps({"report": "FINDINGS:\nSmall left pleural effusion.\tNo pneumothorax."})
     for quoted in (json.dumps(sent), sent.upper(), "body: small  LEFT pleural\\neffusion", sent[-20:]):

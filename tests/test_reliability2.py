@@ -438,7 +438,7 @@ def bidi_page(tmp_path, scored) -> Path:
 
 
 def test_bidi_controls_flag_the_pair(tmp_path, scored):
-    from radmatch_audit.dashboard.build import BIDI_FLAG
+    from radmatch_audit.dashboard.view import BIDI_FLAG
 
     html = bidi_page(tmp_path, scored).read_text(encoding="utf-8")
     assert BIDI_FLAG in html

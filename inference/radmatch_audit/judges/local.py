@@ -22,198 +22,31 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel
 
-from radmatch_audit.core.control_strings import tokenizer_tokens
-from radmatch_audit.judges.base import JudgeError, JudgeResult, JudgeUnavailable, Message, Usage
-from radmatch_audit.files.paths import install_command
+from radmatch_audit.judges.base import JudgeError, JudgeResult, Message, Usage
+from radmatch_audit.judges.local_model import all_dynamic, import_libraries, load_model
+from radmatch_audit.judges.prefix_store import PrefixStore, model_identity
 
 log = logging.getLogger(__name__)
 
-THREADS_ENV = "RADMATCH_TORCH_THREADS"
 PREFIX_ENTRIES = 3  # prefilled prefixes kept: one per stage of one modality
 GRAMMARS = 16  # schemas kept (the grading schema differs with every set of rows sent)
-# prefilled prefixes kept on disk for the embedded CPU judge (about 0.2 GB each, fp32)
-PREFIX_FILES = 6
-# `cache=` / `.cache` (formerly `past_key_values`) appeared in transformers 5.24.0
-TRANSFORMERS_MIN = (5, 24)
-GPU_HEADROOM = 0.9  # of the free GPU memory, for the weights (activations and cache need the rest)
-
-
-def check_transformers(version: str) -> None:
-    """Refuse a transformers without the `cache` names this judge uses."""
-    parts = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts < TRANSFORMERS_MIN:
-        raise ImportError(
-            f"the in-process judge needs transformers>=5.24 (it passes the prefix cache as "
-            f"`cache=`), found {version}: pip install 'transformers>=5.24,<6'"
-        )
-
-
-def bf16_weight_bytes(model_dir: Path) -> int:
-    """The weights' size in bf16, from the safetensors files and the dtype they hold."""
-    files = list(Path(model_dir).glob("*.safetensors"))
-    stored = sum(f.stat().st_size for f in files)
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        config = {}
-    dtype = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")
-    return stored // 2 if "32" in dtype else stored
-
-
-def gpu_spill_problem(weight_bytes: int, free_bytes: list[int]) -> Optional[str]:
-    """Why `device_map="auto"` would put part of the model on the CPU, or None if it fits."""
-    usable = sum(int(free * GPU_HEADROOM) for free in free_bytes)
-    if weight_bytes <= usable:
-        return None
-    gib = 2**30
-    return (
-        f"the model's weights need about {weight_bytes / gib:.1f} GiB in bf16, and the "
-        f"{len(free_bytes)} GPU(s) have {sum(free_bytes) / gib:.1f} GiB free "
-        f"({usable / gib:.1f} GiB usable for weights): device_map='auto' would put the rest "
-        "on the CPU, where generation is 10-100 times slower. Serve a model this size with "
-        "vLLM (serve/start_vllm.sh, then --base-url), or choose a smaller model"
-    )
-
-
-def spilled_modules(device_map: Optional[dict[str, Any]]) -> list[str]:
-    """The modules accelerate placed on the CPU or disk."""
-    return [name for name, where in (device_map or {}).items() if str(where) in ("cpu", "disk")]
-
-
-def cpu_threads() -> int:
-    """Threads for CPU generation: $RADMATCH_TORCH_THREADS, else half the cores.
-
-    Generation is a long run of small parallel regions; when other processes hold the
-    cores, a thread per core spends its time waiting for descheduled siblings. On 2
-    busy cores a 40-token answer took 10.5 s with 2 threads and 1.2 s with 1.
-    """
-    override = os.environ.get(THREADS_ENV)
-    if override:
-        return max(1, int(override))
-    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def compact_schema(schema: type[BaseModel]) -> dict[str, Any]:
     """The answer model's JSON schema, decoded with no whitespace between JSON tokens:
     the exemplars are compact, and every whitespace token would be a decode step."""
     return {**schema.model_json_schema(), "x-guidance": {"whitespace_flexible": False}}
-
-
-def _dynamic(cache: Any) -> bool:
-    """Whether every layer of the cache is a plain DynamicLayer (keys and values grown by concatenation)."""
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
-
-
-class PrefixStore:
-    """Prefilled prefixes on disk, so that a run does not prefill what an earlier one did.
-
-    On 2 busy cores the three stages' prefixes (11,700 SmolLM2 tokens) take minutes to
-    prefill; `scripts/setup.sh` fills the store for the default modality. A file is named
-    by the hash of the model's identity and the prefix text, holds the prefix's token ids
-    (checked on load) and its keys and values (safetensors: loading runs no code), and
-    only the `PREFIX_FILES` most recently used are kept.
-
-    The store only saves time, so it never fails a call: a file that cannot be read
-    (truncated, corrupt, of another shape) is treated as missing, prefilled again and
-    replaced; reading needs no write access (a read-only folder is read); and a save
-    that fails (a full or read-only disk) is warned about once, after which `writable`
-    is False and the judge keeps its prefixes in memory for the run.
-    """
-
-    def __init__(self, folder: Path, model_identity: str) -> None:
-        self.folder = folder
-        self.identity = model_identity
-        self.writable = True  # until a save fails
-
-    def _path(self, prefix_text: str) -> Path:
-        digest = hashlib.sha256(f"{self.identity}\0{prefix_text}".encode()).hexdigest()
-        return self.folder / f"{digest[:32]}.safetensors"
-
-    def load(self, prefix_text: str, ids: Any, config: Any) -> Any:
-        """The stored cache of `prefix_text`, or None (absent, unreadable, or other ids)."""
-        import torch
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-        from transformers import DynamicCache
-
-        path = self._path(prefix_text)
-        try:
-            tensors = load_file(path)
-            layers = len([k for k in tensors if k.startswith("k.")])
-            if not torch.equal(tensors["ids"], ids.cpu()):
-                return None
-            kv = [(tensors[f"k.{i}"], tensors[f"v.{i}"]) for i in range(layers)]
-            cache = DynamicCache(ddp_cache_data=kv, config=config)
-            if len(cache.layers) != layers or cache.get_seq_length() != ids.shape[1]:
-                raise ValueError("keys and values of another shape")
-        except FileNotFoundError:
-            return None
-        except (OSError, KeyError, ValueError, RuntimeError, SafetensorError) as exc:
-            log.info("a stored prefix could not be read (%s): prefilled again", exc)
-            return None
-        try:
-            os.utime(path)  # most recently used
-        except OSError:
-            pass  # a read-only store is read all the same
-        return cache
-
-    def save(self, prefix_text: str, ids: Any, cache: Any) -> bool:
-        """Keep the prefix on disk; False when it could not be (then `writable` is False)."""
-        from safetensors import SafetensorError
-        from safetensors.torch import save_file
-
-        if not self.writable:
-            return False
-        tensors = {"ids": ids.cpu().contiguous()}
-        for i, layer in enumerate(cache.layers):
-            tensors[f"k.{i}"] = layer.keys.contiguous()
-            tensors[f"v.{i}"] = layer.values.contiguous()
-        path = self._path(prefix_text)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            save_file(tensors, partial)
-            os.replace(partial, path)
-            kept = sorted(self.folder.glob("*.safetensors"), key=lambda f: f.stat().st_mtime)
-            for stale in kept[:-PREFIX_FILES]:
-                stale.unlink(missing_ok=True)
-        except (OSError, SafetensorError) as exc:  # safetensors reports ENOSPC as its own error
-            self.writable = False
-            try:
-                partial.unlink(missing_ok=True)
-            except OSError:
-                pass
-            log.warning(
-                "could not keep prefilled prompt prefixes in %s (%s): they are kept in memory "
-                "for this run, and a later run prefills them again", self.folder, exc,
-            )
-            return False
-        return True
-
-
-def model_identity(model_dir: Path) -> str:
-    """What a stored prefix depends on: the weights (by name, size and time), dtype, versions."""
-    import torch
-    import transformers
-
-    weights = sorted(Path(model_dir).glob("*.safetensors"))
-    stats = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in weights]
-    return json.dumps([str(Path(model_dir).resolve()), stats, "float32", torch.__version__,
-                       transformers.__version__])
 
 
 @dataclass
@@ -239,84 +72,36 @@ class LocalTransformersJudge:
 
     def __init__(
         self,
-        model_dir: Optional[Path] = None,
+        model_dir: Path | None = None,
         *,
-        model_name: Optional[str] = None,
-        context_window: Optional[int] = None,
-        device: Optional[str] = None,
+        model_name: str | None = None,
+        context_window: int | None = None,
+        device: str | None = None,
         temperature: float = 0.0,
-        prefix_dir: Optional[Path] = None,
+        prefix_dir: Path | None = None,
     ) -> None:
-        # nothing here gains from torch.compile, and a compile costs seconds on the first call
-        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
-        _return_freed_tensors_to_the_os()
-        try:
-            import outlines
-            import torch
-            import transformers
-            from outlines.backends.llguidance import LLGuidanceBackend
-            from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
-
-            from radmatch_audit.judges import decoding
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError(
-                "the in-process judge needs torch, transformers, outlines and llguidance: "
-                + install_command("local")
-            ) from exc
-        check_transformers(transformers.__version__)
+        import_libraries()
         if model_dir is None:
-            from radmatch_audit.judges import smollm
             from radmatch_audit.files.paths import cache_root
+            from radmatch_audit.judges import smollm
 
             model_dir = smollm.ensure_hf_dir()
             prefix_dir = prefix_dir or cache_root() / "prefixes"
             model_name = model_name or smollm.MODEL_NAME
             context_window = context_window or smollm.CONTEXT_WINDOW
         self.model = model_name or Path(model_dir).name
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if self.device == "cpu":
-            torch.set_num_threads(cpu_threads())
-        self._torch = torch
-        self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        # every special token of this tokenizer reaches it as plain text (control_strings)
-        self.control_tokens = tokenizer_tokens(self._tokenizer)
-        if self.device == "cpu":
-            hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        else:  # bf16 on the accelerator(s); accelerate places the layers
-            if self.device == "cuda":  # refuse before minutes of loading, with the numbers
-                free = [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
-                problem = gpu_spill_problem(bf16_weight_bytes(Path(model_dir)), free)
-                if problem:
-                    raise JudgeUnavailable(problem)
-            hf_model = AutoModelForCausalLM.from_pretrained(
-                model_dir, dtype=torch.bfloat16, device_map="auto" if self.device == "cuda" else self.device
-            )
-            spilled = spilled_modules(getattr(hf_model, "hf_device_map", None))
-            if spilled:  # the estimate above missed: still never run half on the CPU
-                raise JudgeUnavailable(
-                    f"{len(spilled)} module(s) of the model did not fit on the GPU(s) and were "
-                    f"placed on the CPU or disk ({', '.join(spilled[:3])}, ...): serve a model "
-                    "this size with vLLM (serve/start_vllm.sh), or choose a smaller model"
-                )
-        hf_model.eval()
-        layers = DynamicCache(config=hf_model.config)  # the kinds of layer the model caches
-        self._layers = len(layers.layers)
-        # every layer attends to the whole sequence (no sliding window): its cache can be a
-        # buffer written in place
-        self._full_attention = _dynamic(layers)
-        self.context_window = context_window or getattr(
-            hf_model.config, "max_position_embeddings", None
-        )
-        # SDPA without repeated key/value heads; on a GPU, transformers' SDPA picks its fused
-        # kernels itself, and a model that asked for another attention keeps it
-        if self.device == "cpu" and getattr(hf_model.config, "_attn_implementation", None) == "sdpa":
-            hf_model.set_attn_implementation(decoding.GROUPED_SDPA)
-        self._decoding = decoding
-        self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
-        # llguidance works out each token's mask as it decodes: a schema costs milliseconds,
-        # not the seconds to a minute (and hundreds of MB) of outlines-core's vocabulary index
-        self._grammar_backend = LLGuidanceBackend(self._outlines)
-        self._hf_model = hf_model
+        loaded = load_model(model_dir, device)
+        self.device = loaded.device
+        self.control_tokens = loaded.control_tokens
+        self.context_window = context_window or loaded.context_window
+        self._tokenizer, self._hf_model = loaded.tokenizer, loaded.hf_model
+        self._outlines, self._grammar_backend = loaded.outlines_model, loaded.grammar_backend
+        self._layers, self._full_attention = loaded.layers, loaded.full_attention
+        import torch
+
+        from radmatch_audit.judges import decoding
+
+        self._torch, self._decoding = torch, decoding
         self._grammars: OrderedDict[type[BaseModel], str] = OrderedDict()
         # prefilled prefixes on disk: CPU only (a large model's would be gigabytes)
         self._prefix_store = (
@@ -406,7 +191,7 @@ class LocalTransformersJudge:
         return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def _prefilled(
-        self, messages: list[Message], times: Optional[CallTimes] = None, room: int = 0,
+        self, messages: list[Message], times: CallTimes | None = None, room: int = 0,
         full: Any = None,
     ) -> Any:
         """A cache of its own for one generation, holding the prompt's static prefix and room
@@ -441,7 +226,7 @@ class LocalTransformersJudge:
 
         return DynamicCache(config=self._hf_model.config)
 
-    def _prefix(self, messages: list[Message], times: Optional[CallTimes] = None) -> Optional[tuple[Any, Any]]:
+    def _prefix(self, messages: list[Message], times: CallTimes | None = None) -> tuple[Any, Any] | None:
         """The token ids and key/value cache of the prompt's static prefix (prefilled, read
         from disk or kept from an earlier call), or None when the prompt has none."""
         prefix_text = self._tokenizer.apply_chat_template(messages[:-1], tokenize=False)
@@ -459,7 +244,7 @@ class LocalTransformersJudge:
                     # logits of the last position only: all of them would be prefix x vocabulary
                     # floats (5,300 x 49,152 x 4 bytes = 1 GB for SmolLM2), all thrown away
                     cache = self._hf_model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
-                if store and _dynamic(cache) and not store.save(prefix_text, ids, cache):
+                if store and all_dynamic(cache) and not store.save(prefix_text, ids, cache):
                     self.prefix_entries = PREFIX_ENTRIES  # not on disk: every stage's in memory
                 if times is not None:
                     times.prefix_prefill_s = time.perf_counter() - started
@@ -493,20 +278,3 @@ class LocalTransformersJudge:
     async def aclose(self) -> None:
         self._closing.set()
 
-
-def _return_freed_tensors_to_the_os() -> None:
-    """Serve allocations of 1 MiB and more with mmap, so that a freed one leaves the process.
-
-    Each call allocates its own key/value buffers (a few hundred MB, sized to its prompt and
-    answer budget) and frees them at its end; glibc's adaptive threshold then serves such
-    blocks from its heap, where the freed ones, each a different size from the next
-    request, stay. With a fixed threshold the main job peaks at 1.63 GB, against 2.13 GB
-    without, for the same CPU time (BENCHMARKS.md, "The main job").
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD (glibc); elsewhere there is nothing to do
-    except (OSError, AttributeError):
-        pass

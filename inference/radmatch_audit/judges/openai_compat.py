@@ -3,21 +3,18 @@
 Outlines turns each answer model into the request field that constrains decoding,
 once per model: `structured_outputs` for vLLM (its Outlines or xgrammar backend
 enforces the schema on the server), `response_format` json_schema for a hosted API.
-The request itself is a plain aiohttp POST of a body whose other fields are fixed for
-the run, so one call costs a `json.dumps` and the network, not a rebuild of the
-schema and an SDK's parameter transforms. (aiohttp, not httpx: httpx's pool scans
-every connection for every request, which made 64 calls in flight CPU-bound.)
+The request itself is a plain POST (`judges.transport`) of a body whose other fields
+are fixed for the run, so one call costs a `json.dumps` and the network, not a rebuild
+of the schema and an SDK's parameter transforms.
 
-Faults are sorted here, at one point: connection errors, timeouts, 408/429/5xx and a
-cut-off or unreadable 200 body are transient (429's Retry-After is kept); 4xx are
-not; an answer that hit its token budget or was refused is an invalid answer.
+Faults are sorted at one point (`judges.faults`): connection errors, timeouts,
+408/429/5xx and a cut-off or unreadable 200 body are transient; 4xx are not; an answer
+that hit its token budget or was refused is an invalid answer.
 
 Report text goes only where the user pointed: a non-local endpoint needs an explicit
-opt-in, proxy variables (HTTP_PROXY, ALL_PROXY, ...) are ignored unless the same
-opt-in is given, and a redirect is never followed (a 3xx is an error naming its
-Location: following it would re-send the report text to a host nobody checked). The
-API key lives only in the client's headers: never in a record, a log line, an error
-or a repr.
+opt-in, proxy variables are ignored unless the same opt-in is given, and a redirect is
+never followed. The API key lives only in the transport's headers: never in a record,
+a log line, an error or a repr.
 
 Identity: the pre-flight reads `/v1/models`, where vLLM names the weights it loaded
 (`root`) and its context (`max_model_len`). Both go into the records and the cache key
@@ -28,15 +25,13 @@ another model than the one checked fails its call.
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
 import json
-import re
-import time
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel
 
+from radmatch_audit.core.vocabulary import check_choice
+from radmatch_audit.files.paths import install_command
 from radmatch_audit.judges.base import (
     InvalidAnswerError,
     JudgeError,
@@ -48,17 +43,14 @@ from radmatch_audit.judges.base import (
     estimate_tokens,
 )
 from radmatch_audit.judges.endpoints import check_endpoint, check_url
-from radmatch_audit.files.paths import install_command
-from radmatch_audit.core.vocabulary import check_choice
+from radmatch_audit.judges.faults import KEY_HINT, redirect_message, status_error, unreachable_error
+from radmatch_audit.judges.transport import HttpTransport, Unreachable
 
 BACKENDS = ("vllm", "hosted")
 # margins on the server's measured characters per token: the fixed prompt is text like the
 # one measured; report text (digits, abbreviations) can take more tokens a character
 PREFIX_MARGIN, PAIR_MARGIN = 1.1, 1.5
 ENCODED_ENTRIES = 256  # encoded prefixes kept: stages x modalities x exemplar counts
-KEY_HINT = (
-    "set the variable named by --api-key-env (default RADMATCH_API_KEY) to the server's key"
-)
 
 
 class OpenAICompatibleJudge:
@@ -69,12 +61,12 @@ class OpenAICompatibleJudge:
         *,
         base_url: str,
         model: str,
-        api_key: Optional[str] = None,
+        api_key: str | None = None,
         backend: str = "vllm",
         timeout_s: float = 300.0,
         temperature: float = 0.0,
-        thinking: Optional[bool] = None,
-        context_window: Optional[int] = None,
+        thinking: bool | None = None,
+        context_window: int | None = None,
         allow_remote: bool = False,
     ) -> None:
         check_choice(backend, BACKENDS, "The 'backend' parameter")
@@ -90,15 +82,12 @@ class OpenAICompatibleJudge:
         self.backend = backend
         self.model = model
         self.context_window = context_window
-        self.loaded_model: Optional[str] = None  # vLLM's `root`, read by the pre-flight
-        self.max_model_len: Optional[int] = None  # the server's context, read by the pre-flight
-        self._chars_per_token: Optional[float] = None  # measured by the pre-flight, when it can
+        self.loaded_model: str | None = None  # vLLM's `root`, read by the pre-flight
+        self.max_model_len: int | None = None  # the server's context, read by the pre-flight
+        self._chars_per_token: float | None = None  # measured by the pre-flight, when it can
         self.timeout_s = timeout_s
-        self._allow_proxy = allow_remote  # a proxy is somewhere else: same opt-in
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._http: Any = None  # an aiohttp.ClientSession, made on first use
+        # a proxy is somewhere else: the same opt-in as a remote endpoint
+        self._transport = HttpTransport(timeout_s=timeout_s, api_key=api_key, allow_proxy=allow_remote)
         self._fixed: dict[str, Any] = {"model": model, "temperature": temperature}
         if thinking is not None:
             self._fixed["chat_template_kwargs"] = {"enable_thinking": thinking}
@@ -110,19 +99,6 @@ class OpenAICompatibleJudge:
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleJudge(backend={self.backend!r}, model={self.model!r}, base_url={self.base_url!r})"
-
-    def _client(self) -> Any:
-        if self._http is None:
-            import aiohttp
-
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),  # the run loop bounds the calls
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=min(10.0, self.timeout_s)),
-                trust_env=self._allow_proxy,
-                auto_decompress=True,
-                cookie_jar=aiohttp.DummyCookieJar(),  # a judge API sets none; matching them costs per call
-            )
-        return self._http
 
     def constraint(self, schema: type[BaseModel]) -> dict[str, Any]:
         """The request field(s) Outlines sends for `schema`, computed once per model."""
@@ -155,7 +131,7 @@ class OpenAICompatibleJudge:
         if tail is None:  # one per schema and budget: a handful per run
             fields = {"max_tokens": max_tokens, **self._fixed, **self.constraint(schema)}
             tail = self._tails[(schema, max_tokens)] = _dumps(fields)[1:]
-        return f'{{"messages": [{head}{_dumps(last)}], {tail}'.encode("utf-8")
+        return f'{{"messages": [{head}{_dumps(last)}], {tail}'.encode()
 
     def count_tokens(self, messages: list[Message]) -> int:
         """Tokens of `messages`, estimated from characters (never the server's tokenizer).
@@ -219,83 +195,39 @@ class OpenAICompatibleJudge:
         """The body of a 200 answer; any other outcome raises the matching JudgeError.
 
         `pair_text` is the pair's own message (the one holding report text): a server's
-        error message that repeats part of it is left out of the error (`_shown`)."""
-        import aiohttp
-
-        started = time.perf_counter()
+        error message that repeats part of it is left out of the error (`faults.shown`)."""
         try:
-            async with self._client().post(
-                self.base_url + path, data=payload, headers=self._headers, allow_redirects=False,
-            ) as response:
-                status, headers = response.status, response.headers
-                content = await response.read()
-        except asyncio.TimeoutError:
-            raise TransientJudgeError(
-                f"no answer from the judge server within {self.timeout_s:g} s (timeout)"
-            ) from None
-        except aiohttp.ClientError as exc:  # refused, reset, a body cut short
-            took = time.perf_counter() - started
-            raise TransientJudgeError(
-                f"the connection to the judge server failed after {took:.1f} s "
-                f"({type(exc).__name__}: {str(exc)[:120] or 'no detail'})"
-            ) from None
-        if status == 200:
-            return content
-        if 300 <= status < 400:
-            raise JudgeError(_redirect_message(status, headers.get("Location")))
-        detail = _server_message(content)  # read to sort the error; shown only as `_shown` gives it
-        shown = _shown(detail, pair_text)
-        if status == 429 or status == 408 or status >= 500:
-            raise TransientJudgeError(
-                f"HTTP {status} from the judge server: {shown}",
-                retry_after=_retry_after(headers.get("Retry-After")),
-            )
-        if status in (401, 403):
-            raise JudgeError(f"HTTP {status} from the judge server: the API key was refused; {KEY_HINT}")
-        if status == 400 and _is_context_error(detail):
-            raise JudgeError(
-                f"HTTP 400 from the judge server: the prompt and answer budget exceed its "
-                f"context{self._context_note()} ({shown})"
-            )
-        if status == 400 and "compilation timed out" in detail.lower():  # vLLM's words
-            raise JudgeError(
-                "HTTP 400 from the judge server: the server's grammar compile limit was "
-                "reached compiling this stage's answer schema: raise it (serve/start_vllm.sh "
-                "--compile-limit, VLLM_REGEX_COMPILATION_TIMEOUT_S) or serve with xgrammar, "
-                f"start_vllm.sh's default ({shown[:80]})"
-            )
-        raise JudgeError(f"HTTP {status} from the judge server: {shown}")
+            reply = await self._transport.post(self.base_url + path, payload)
+        except Unreachable as exc:
+            raise unreachable_error(exc, self.timeout_s) from None
+        if reply.status == 200:
+            return reply.content
+        raise status_error(reply.status, reply.headers, reply.content, pair_text, self._context_note())
 
     def _context_note(self) -> str:
         return f" of {self.max_model_len} tokens" if self.max_model_len else ""
 
     async def check(self) -> None:
         """Pre-flight: the server answers and serves this model, or JudgeUnavailable says the fix."""
-        import aiohttp
-
         where = f"the judge server at {self.base_url}"
         try:
-            async with self._client().get(
-                self.base_url + "/models", headers=self._headers, allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=min(self.timeout_s, 10.0)),
-            ) as response:
-                status, content = response.status, await response.read()
-                location = response.headers.get("Location")
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            reply = await self._transport.get(self.base_url + "/models")
+        except Unreachable as exc:
             raise JudgeUnavailable(
-                f"cannot reach {where} ({type(exc).__name__}); start it (serve/start_vllm.sh) "
+                f"cannot reach {where} ({type(exc.cause).__name__}); start it (serve/start_vllm.sh) "
                 "or correct --base-url"
             ) from None
+        status = reply.status
         if status in (401, 403):
             raise JudgeUnavailable(f"{where} refused the API key (HTTP {status}); {KEY_HINT}")
         if 300 <= status < 400:
-            raise JudgeUnavailable(f"{where}: {_redirect_message(status, location)}")
+            raise JudgeUnavailable(f"{where}: {redirect_message(status, reply.headers.get('Location'))}")
         if status == 404 and not self.base_url.endswith("/v1"):
             await self._refuse_a_missing_v1(where)
         if status != 200:
             return  # some compatible servers list no models; the first call will tell
         try:
-            listed = [m for m in json.loads(content)["data"] if isinstance(m, dict)]
+            listed = [m for m in json.loads(reply.content)["data"] if isinstance(m, dict)]
             served = [m["id"] for m in listed]
         except (ValueError, KeyError, TypeError):
             return
@@ -306,16 +238,10 @@ class OpenAICompatibleJudge:
     async def _refuse_a_missing_v1(self, where: str) -> None:
         """After a 404 for /models: when the server answers at `base_url`/v1 (vLLM serves
         the OpenAI API only there), every call would 404 too, so refuse, naming the URL."""
-        import aiohttp
-
         suggested = self.base_url + "/v1"
         try:
-            async with self._client().get(
-                suggested + "/models", headers=self._headers, allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=min(self.timeout_s, 10.0)),
-            ) as response:
-                serves_v1 = response.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+            serves_v1 = (await self._transport.get(suggested + "/models")).status == 200
+        except Unreachable:
             serves_v1 = False
         if serves_v1:
             raise JudgeUnavailable(
@@ -327,20 +253,14 @@ class OpenAICompatibleJudge:
         """After the pre-flight, measure a vLLM server's characters per token on `messages`
         (its /tokenize, at the server's root): the runner sends the extraction prompt
         (`Evaluator.check`). Without an answer the estimate stays as it is."""
-        import aiohttp
-
         if not (self.max_model_len and self.backend == "vllm"):
             return
-        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        root = self.base_url.removesuffix("/v1")
         body = json.dumps({"model": self.model, "messages": messages}).encode("utf-8")
         try:
-            async with self._client().post(
-                root + "/tokenize", data=body, headers=self._headers, allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=min(self.timeout_s, 10.0)),
-            ) as response:
-                status, content = response.status, await response.read()
-            count = json.loads(content)["count"] if status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+            reply = await self._transport.post(root + "/tokenize", body, quick=True)
+            count = json.loads(reply.content)["count"] if reply.status == 200 else None
+        except (Unreachable, ValueError, KeyError, TypeError):
             return
         chars = sum(len(m["content"]) for m in messages)
         if isinstance(count, int) and not isinstance(count, bool) and count > 0 and chars / count >= 1:
@@ -359,74 +279,11 @@ class OpenAICompatibleJudge:
         self.settings = {**self.settings, **{k: v for k, v in known.items() if v is not None}}
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        await self._transport.close()
 
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
-
-
-def _server_message(content: bytes) -> str:
-    """The server's own error text, short (it never holds the key; it may name the model)."""
-    text = content.decode("utf-8", errors="replace")
-    try:
-        error = json.loads(text).get("error")
-        text = error.get("message") if isinstance(error, dict) else error or text
-    except (ValueError, AttributeError):
-        pass
-    return (str(text).strip() or "no detail")[:200]
-
-
-ECHO_WINDOW = 12  # characters of the pair's text, normalised, that a server's message may not repeat
-ECHOED = "its message is left out: it repeats text that was sent"
-
-
-def _shown(detail: str, pair_text: str) -> str:
-    """The server's message as an error may show it: whole, or left out (`ECHOED`) when
-    it repeats report text.
-
-    A server, or a gateway in front of it, may quote the request in its error. Both
-    sides are compared as lower-case letters and digits with every other run of
-    characters made one space, so that a quote that was JSON-escaped or re-spaced
-    still matches; the message is left out when any `ECHO_WINDOW` characters of it
-    occur in the pair's message (or the whole pair's message occurs in it, when that
-    is shorter). Left out, not scrubbed: what remains around a removed quote can still
-    be report text cut by an escape. The static turns (the shipped instructions and
-    exemplars) hold no report text and are not compared, so a server's own words
-    that happen to read like the instructions are kept.
-    """
-    said, sent = _letters_and_digits(detail), _letters_and_digits(pair_text)
-    if not sent.strip():
-        return detail
-    if len(sent) <= ECHO_WINDOW:
-        echoed = sent.strip() in said
-    else:
-        echoed = any(said[i:i + ECHO_WINDOW] in sent for i in range(len(said) - ECHO_WINDOW + 1))
-    return ECHOED if echoed else detail
-
-
-def _letters_and_digits(text: str) -> str:
-    return re.sub(r"[\W_]+", " ", text.lower())
-
-
-def _redirect_message(status: int, location: Optional[str]) -> str:
-    where = repr(location[:200]) if location else "no Location"
-    return (
-        f"HTTP {status} from the judge server: a redirect to {where}, which RadMatch never "
-        "follows (it would send report text to an address nobody checked); point --base-url "
-        "at the server itself"
-    )
-
-
-_CONTEXT_WORDS = ("context length", "context window", "maximum context", "max_model_len",
-                  "too many tokens", "prompt is too long", "input is too long")
-
-
-def _is_context_error(detail: str) -> bool:
-    lowered = detail.lower()
-    return any(words in lowered for words in _CONTEXT_WORDS)
 
 
 def _usage(block: Any) -> Usage:
@@ -439,28 +296,13 @@ def _usage(block: Any) -> Usage:
                  reported=prompt is not None and completion is not None)
 
 
-def _count(value: Any) -> Optional[int]:
+def _count(value: Any) -> int | None:
     """A token count, or None when `value` is not a non-negative whole number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float) and not value.is_integer():
         return None  # NaN and infinity too
     return int(value) if value >= 0 else None
-
-
-def _retry_after(value: Optional[str]) -> Optional[float]:
-    """Seconds from a Retry-After header: a number, or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 __all__ = ["BACKENDS", "OpenAICompatibleJudge"]
