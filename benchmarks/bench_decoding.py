@@ -1,6 +1,6 @@
 """The embedded judge's decoding against transformers' default way, on the same calls.
 
-    python scripts/bench_decoding.py [--pairs 1] [--threads 1]
+    python benchmarks/bench_decoding.py [--pairs 1] [--threads 1]
 
 Runs the first `--pairs` example pairs (examples/pairs.jsonl) through RadMatch with the
 embedded SmolLM2 judge, recording every call (answer cache off), then replays each call
