@@ -29,6 +29,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -307,10 +308,12 @@ class LocalTransformersJudge:
         self.context_window = context_window or getattr(
             hf_model.config, "max_position_embeddings", None
         )
-        # SDPA without repeated key/value heads; on a GPU, transformers' SDPA picks its fused
-        # kernels itself, and a model that asked for another attention keeps it
-        if self.device == "cpu" and getattr(hf_model.config, "_attn_implementation", None) == "sdpa":
-            hf_model.set_attn_implementation(decoding.GROUPED_SDPA)
+        # SDPA without repeated key/value heads (decoding.grouped_query_attention) while it
+        # computes; on a GPU, transformers' SDPA picks its fused kernels itself, and a model
+        # that asked for another attention keeps it
+        self._grouped_attention = (
+            self.device == "cpu" and getattr(hf_model.config, "_attn_implementation", None) == "sdpa"
+        )
         self._decoding = decoding
         self._outlines = outlines.from_transformers(hf_model, self._tokenizer)
         # llguidance works out each token's mask as it decodes: a schema costs milliseconds,
@@ -359,7 +362,7 @@ class LocalTransformersJudge:
     ) -> JudgeResult:
         closing = self._closing
         times = CallTimes()
-        with self._turn, self._torch.inference_mode():
+        with self._turn, self._torch.inference_mode(), self._attention():
             if closing.is_set():
                 raise JudgeError("the in-process judge was closed")
             if stop.is_set():
@@ -426,6 +429,9 @@ class LocalTransformersJudge:
             times.prefix_tokens = n
         return self._call_cache(max(room, n), prefix=cache)
 
+    def _attention(self) -> AbstractContextManager:
+        return self._decoding.grouped_query_attention() if self._grouped_attention else nullcontext()
+
     def _call_cache(self, capacity: int, prefix: Any = None) -> Any:
         """A generation's own key/value cache, holding a copy of `prefix` when given.
 
@@ -455,7 +461,7 @@ class LocalTransformersJudge:
             store = self._prefix_store
             cache = store.load(prefix_text, ids, self._hf_model.config) if store else None
             if cache is None:
-                with self._torch.inference_mode():
+                with self._torch.inference_mode(), self._attention():
                     # logits of the last position only: all of them would be prefix x vocabulary
                     # floats (5,300 x 49,152 x 4 bytes = 1 GB for SmolLM2), all thrown away
                     cache = self._hf_model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
