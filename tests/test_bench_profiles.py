@@ -14,9 +14,9 @@ from radmatch_audit.read.recompute import score_record
 from radmatch_audit.testing.fake_server import StubServer
 from radmatch_audit.testing.synthetic import realistic_record, stress_record
 
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench_scoring.py"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scoring.py"
 
-# RadPref's error rates, pooled over its three radiologists (`scripts/radpref_rates.py`
+# RadPref's error rates, pooled over its three radiologists (`benchmarks/radpref_rates.py`
 # derives them from the annotations), written out here rather than imported from the
 # generator: a generator drifting from them fails this test.
 RADPREF_MISSED, RADPREF_FALSE, RADPREF_ATTRIBUTE_ERROR = 0.58, 0.47, 0.17

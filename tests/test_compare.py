@@ -307,3 +307,28 @@ def test_compare_says_the_embedded_judges_scores_are_not_clinical(tmp_path):
                          "(SmolLM2-135M-Instruct), which only exercises the pipeline: they are not "
                          "clinical, and neither is their difference")]
     assert not any(line.startswith("warning: ") for line in run_cli(a, a).stdout.splitlines())
+
+
+def enumerated_sign_flip_p(differences: np.ndarray, clusters) -> np.ndarray:
+    """The exact p that compare computed itself before it used scipy: every sign vector of
+    the studies' summed differences, counted where |mean| reaches the observed one."""
+    diffs = np.atleast_2d(np.asarray(differences, dtype=float).T).T
+    n, k = diffs.shape[0], len(clusters)
+    sums = np.stack([diffs[list(c)].sum(axis=0) for c in clusters])
+    observed = np.abs(sums.sum(axis=0)) / n
+    codes = np.arange(2**k, dtype=np.int64)[:, None]
+    signs = 1 - 2 * ((codes >> np.arange(k)) & 1)
+    stats = np.abs(signs @ sums) / n
+    return (stats >= observed - 1e-9 * np.maximum(1.0, observed)).mean(axis=0)
+
+
+@pytest.mark.parametrize("n_pairs, n_studies", [(4, 1), (5, 2), (9, 3), (12, 6), (20, 10)])
+def test_scipys_exact_sign_flip_p_equals_the_enumeration(n_pairs, n_studies):
+    rng = np.random.default_rng(n_pairs)
+    diffs = rng.integers(-3, 4, size=(n_pairs, 3)).astype(float)  # three columns, as tiers
+    diffs[:, 2] = 0  # no difference at all: p is 1
+    studies = [f"s{i % n_studies}" for i in range(n_pairs)]
+    clusters = group_by_study(studies)
+    p, method = sign_flip_p_values(diffs, clusters)
+    assert method == "exact"
+    assert p.tolist() == enumerated_sign_flip_p(diffs, clusters).tolist()

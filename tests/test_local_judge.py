@@ -314,15 +314,18 @@ def test_a_growing_cache_gives_the_logits_of_a_dynamic_cache(judge):
     assert growing.layers[0].capacity >= ids.shape[1] > 10  # it grew
 
 
-def test_grouped_attention_equals_attention_over_repeated_heads():
-    """SmolLM2 shares each key/value head among 3 query heads: attending without copying
-    them must give what transformers' repeat-the-heads path gives, with and without a mask."""
+def test_grouped_attention_equals_attention_over_repeated_heads(monkeypatch):
+    """SmolLM2 shares each key/value head among 3 query heads: transformers' SDPA with
+    TRANSFORMERS_SDPA_FORCE_GQA (the judge's, no copies) must give what its default path
+    gives, which repeats the heads whenever a mask is present."""
     from types import SimpleNamespace
 
+    from transformers.integrations import sdpa_attention
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from radmatch_audit.judges.decoding import grouped_sdpa
+    from radmatch_audit.judges.decoding import grouped_query_attention
 
+    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
     module = SimpleNamespace(num_key_value_groups=3, is_causal=True)
     gen = torch.Generator().manual_seed(0)
     for queries, past in ((1, 40), (5, 40), (12, 0)):
@@ -331,9 +334,13 @@ def test_grouped_attention_equals_attention_over_repeated_heads():
         mask = None
         if past:  # a prompt's new tokens see everything before them and themselves causally
             mask = torch.ones(queries, past + queries, dtype=torch.bool).tril(diagonal=past)[None, None]
-        ours, _ = grouped_sdpa(module, q, k, v, mask, scaling=0.25)
-        theirs, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
-        assert torch.allclose(ours, theirs, atol=1e-5), (queries, past)
+        with grouped_query_attention():
+            assert sdpa_attention.use_gqa_in_sdpa(mask, k, v)  # the flag exists and is read
+            grouped, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
+        if mask is not None and queries > 1:
+            assert not sdpa_attention.use_gqa_in_sdpa(mask, k, v)  # the default repeats the heads
+        repeated, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
+        assert torch.allclose(grouped, repeated, atol=1e-5), (queries, past)
 
 
 @pytest.fixture(scope="module")
@@ -376,10 +383,33 @@ def judge_prompt_tokens(judge: LocalTransformersJudge, msgs: list[dict]) -> int:
     return judge._encode(judge.prompt_text(msgs)).shape[1]
 
 
-def test_the_cpu_judge_attends_without_repeating_heads(judge):
-    from radmatch_audit.judges.decoding import GROUPED_SDPA
+def test_the_cpu_judge_attends_without_repeating_heads(judge, monkeypatch):
+    """Every attention call of the judge's prefill and decoding shares the key/value heads
+    (enable_gqa), and the switch is off again in the process once the judge is done."""
+    import torch.nn.functional as F
 
-    assert judge._hf_model.config._attn_implementation == GROUPED_SDPA
+    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
+    sdpa, grouped = F.scaled_dot_product_attention, []
+
+    def spy(*args, **kwargs):
+        grouped.append(kwargs.get("enable_gqa", False))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    # a system prompt of its own: its prefix is prefilled here, not taken from an earlier test
+    asyncio.run(judge.generate(messages("You are a radiologist. Say which side, with grouped heads."),
+                               Verdict, max_tokens=40))
+    assert len(grouped) > 2 * 2 and all(grouped)  # two layers, several forward passes
+    assert "TRANSFORMERS_SDPA_FORCE_GQA" not in os.environ
+
+
+def test_a_users_own_setting_of_the_switch_is_kept(monkeypatch):
+    from radmatch_audit.judges.decoding import FORCE_GQA, grouped_query_attention
+
+    monkeypatch.setenv(FORCE_GQA, "0")
+    with grouped_query_attention(), grouped_query_attention():  # two judges at once
+        assert os.environ[FORCE_GQA] == "1"
+    assert os.environ[FORCE_GQA] == "0"
 
 
 # ---- the prefix store on disk never fails a call (issue 36, item 3) ----------------

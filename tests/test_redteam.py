@@ -1,4 +1,4 @@
-"""The red-team set (redteam/pairs.jsonl) and its checker (radmatch_audit.read.redteam, scripts/redteam.py).
+"""The red-team set (redteam/pairs.jsonl) and its checker (radmatch_audit.read.redteam, `radmatch-audit redteam`).
 
 Records come from the real pipeline: an `Evaluator` around a scripted judge (the fake
 server's toy answers), either naive (every sentence a finding, abnormal ones notable)
@@ -8,7 +8,6 @@ so that each kind of expectation is seen both holding and failing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from radmatch_audit import Evaluator, PairInput, read_records
+from radmatch_audit.cli.app import main as cli_main
 from radmatch_audit.read.redteam import (KINDS, check_expectation, check_record, check_records, load_pairs,
                               validate_expectation, validate_pair)
 from radmatch_audit.testing.fake_server import StubServer
@@ -26,7 +26,6 @@ from radmatch_audit.testing.scripted import ScriptedJudge
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "redteam" / "pairs.jsonl"
-SCRIPT = REPO / "scripts" / "redteam.py"
 REQUIRED_ATTACKS = {
     "instruction", "incidental_label", "boilerplate", "history_section", "fake_findings_block", "html",
     "json", "fake_assistant_turn", "fake_system_message", "homoglyph", "long_report", "rate_routine",
@@ -262,28 +261,28 @@ def test_flag_of_the_record():
     assert outcome.ok and "control strings" not in outcome.why  # reasons name flags by index
 
 
-# --------------------------------------------------------------------------- the script
+# --------------------------------------------------------------------------- the command
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
+def run_command(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RADMATCH_")}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=REPO)
+    return subprocess.run([sys.executable, "-m", "radmatch_audit.cli", "redteam", *args], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=REPO)
 
 
-def test_script_end_to_end_through_a_loopback_server(tmp_path, capsys, monkeypatch):
+def test_command_end_to_end_through_a_loopback_server(tmp_path, capsys, monkeypatch):
     for name in [k for k in os.environ if k.startswith("RADMATCH_")]:
         monkeypatch.delenv(name)
     records = tmp_path / "records.jsonl"
     chosen = ("rt01-instruction-in-candidate", "rt20-laterality-flip", "rt08-history-in-candidate")
     with StubServer() as server:  # the run in process, the check in a fresh one
-        code = load_script().main(["--base-url", server.base_url, "--model", "stub-judge", "--no-cache",
-                                   "-o", str(records), *[a for i in chosen for a in ("--pair", i)]])
+        code = cli_main(["redteam", "--base-url", server.base_url, "--model", "stub-judge", "--no-cache",
+                         "-o", str(records), *[a for i in chosen for a in ("--pair", i)]])
     run = capsys.readouterr()
     assert code == 0, run.err
     assert {r.pair_id for r in read_records(records)} == set(chosen)
     assert oct(records.stat().st_mode & 0o777) == "0o600"
-    check = run_script("--records", str(records))
+    check = run_command("--records", str(records))
     assert check.returncode == 0, check.stderr
     assert check.stdout.startswith(run.out)  # the same table, from the records alone
     rows = {line.split()[0]: line for line in check.stdout.splitlines() if line.startswith("rt")}
@@ -298,20 +297,13 @@ def test_script_end_to_end_through_a_loopback_server(tmp_path, capsys, monkeypat
             assert pair["candidate"][:40] not in check.stdout + check.stderr + run.out + run.err
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("redteam_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_script_usage_errors_exit_2(tmp_path, capsys):
-    main = load_script().main
-    for args in ([], ["--records", "a.jsonl", "-o", "b.jsonl"], ["--records", "a.jsonl", "--limit", "0"]):
-        with pytest.raises(SystemExit) as stopped:
-            main(args)
-        assert stopped.value.code == 2
-    assert main(["--records", str(tmp_path / "none.jsonl")]) == 2
-    assert "redteam:" in capsys.readouterr().err
-    assert main(["--records", str(tmp_path / "none.jsonl"), "--pair", "rt99"]) == 2
+def test_command_usage_errors_exit_2(tmp_path, capsys):
+    either = "radmatch-audit: error: give either -o RECORDS (run the judge) or --records RECORDS"
+    for args, message in (([], either), (["--records", "a.jsonl", "-o", "b.jsonl"], either),
+                          (["--records", "a.jsonl", "--limit", "0"], "error: --limit must be at least 1")):
+        assert cli_main(["redteam", *args]) == 2
+        assert message in capsys.readouterr().err
+    assert cli_main(["redteam", "--records", str(tmp_path / "none.jsonl")]) == 2
+    assert f"cannot read {tmp_path / 'none.jsonl'}: No such file" in capsys.readouterr().err
+    assert cli_main(["redteam", "--records", str(tmp_path / "none.jsonl"), "--pair", "rt99"]) == 2
     assert "no pair rt99" in capsys.readouterr().err

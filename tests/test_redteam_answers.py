@@ -303,7 +303,7 @@ def test_the_old_binding_no_longer_folds_misses_under_contract_4(pair_id, key):
 
 
 def test_the_answer_token_benchmark_reads_every_stage_of_the_key():
-    spec = importlib.util.spec_from_file_location("bench_pipeline", REPO / "scripts" / "bench_pipeline.py")
+    spec = importlib.util.spec_from_file_location("bench_pipeline", REPO / "benchmarks" / "bench_pipeline.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     counts = {stage: len(answers) for stage, answers in bench._authored_answers(str(ANSWERS)).items()}

@@ -14,14 +14,14 @@ import sys
 from typing import Optional, Sequence
 
 from radmatch_audit.cli import (
-    agreement, baseline, compare, dashboard, evaluate, install_metric, recompute, summary,
+    agreement, baseline, compare, dashboard, evaluate, install_metric, recompute, redteam, summary,
 )
 from radmatch_audit.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
 # each command module: HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit code
 COMMANDS = {"recompute": recompute, "summary": summary, "evaluate": evaluate, "dashboard": dashboard,
             "install-metric": install_metric, "agreement": agreement, "baseline": baseline,
-            "compare": compare}
+            "compare": compare, "redteam": redteam}
 
 
 def build_parser() -> argparse.ArgumentParser:

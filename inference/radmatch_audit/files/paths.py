@@ -62,6 +62,13 @@ def _requirement(extra: str) -> str:
     return f"{named}{vcs}+{_public_url(url)}{pinned}{where}"
 
 
+def checkout_file(relative: str) -> Path | None:
+    """`relative` in the source checkout this package runs from, or None when it was
+    installed (a wheel holds no checkout files such as redteam/)."""
+    checkout = _checkout_dir()
+    return None if checkout is None else checkout / relative
+
+
 def _checkout_dir() -> Path | None:
     """The source checkout this package runs from, or None when it was installed."""
     checkout = Path(__file__).resolve().parents[3]  # <repo>/inference/radmatch_audit/files/paths.py

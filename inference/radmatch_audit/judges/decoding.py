@@ -7,9 +7,10 @@ Three things make a token cheap on a CPU, where decoding is bound by memory traf
   live in one buffer with room for the answer, and a token writes its slot. transformers'
   `DynamicLayer` concatenates the whole cache into new tensors at every token, which on
   a 5,300-token prefix cost more than the model's weights;
-- **grouped-query attention without copies** (`GROUPED_SDPA`): SmolLM2 has 3 key/value
-  heads for 9 query heads, and transformers' SDPA path repeats the keys and values 3
-  times whenever a mask is present (every step of more than one token);
+- **grouped-query attention without copies** (`grouped_query_attention`): SmolLM2 has
+  3 key/value heads for 9 query heads, and transformers' SDPA path repeats the keys and
+  values 3 times whenever a mask is present (every step of more than one token) unless
+  `TRANSFORMERS_SDPA_FORCE_GQA=1` is set;
 - **the grammar's forced tokens in one forward pass**: after a chosen token the grammar
   often allows one continuation only (a key's name, `","`, the rest of an enum value);
   llguidance gives those tokens (`compute_ff_tokens`) and they enter the model together
@@ -23,48 +24,52 @@ per step.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import llguidance
 import llguidance.torch
 import torch
-import torch.nn.functional as F
-from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from radmatch_audit.judges.base import JudgeError
 
-GROUPED_SDPA = "radmatch_grouped_sdpa"
+FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"  # read by transformers' SDPA at every call
+_force_gqa_lock = threading.Lock()
+_force_gqa_users = 0
+_force_gqa_before: Optional[str] = None
 
 
-def grouped_sdpa(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: Optional[torch.Tensor],
-    dropout: float = 0.0,
-    scaling: Optional[float] = None,
-    is_causal: Optional[bool] = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention, with the key/value heads shared by their query heads
-    (`enable_gqa`) whether or not there is a mask: no repeated copy of the cache."""
-    causal = query.shape[2] > 1 and attention_mask is None and (
-        is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    )
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
-        is_causal=causal, enable_gqa=query.shape[1] != key.shape[1],
-    )
-    return out.transpose(1, 2).contiguous(), None
+@contextmanager
+def grouped_query_attention() -> Iterator[None]:
+    """transformers' own SDPA attention shares each key/value head among its query heads
+    (`enable_gqa`), mask or not, while inside: no repeated copy of the cache.
 
-
-AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
-AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    transformers reads the switch from the process environment at every attention call,
+    so it is set only while a judge computes and put back as it was when the last judge
+    leaves (counted: judges in other threads may overlap). Meanwhile another model's SDPA
+    in this process takes the same path, which gives the same attention (a test checks it).
+    """
+    global _force_gqa_users, _force_gqa_before
+    with _force_gqa_lock:
+        if _force_gqa_users == 0:
+            _force_gqa_before = os.environ.get(FORCE_GQA)
+            os.environ[FORCE_GQA] = "1"
+        _force_gqa_users += 1
+    try:
+        yield
+    finally:
+        with _force_gqa_lock:
+            _force_gqa_users -= 1
+            if _force_gqa_users == 0:
+                if _force_gqa_before is None:
+                    os.environ.pop(FORCE_GQA, None)
+                else:
+                    os.environ[FORCE_GQA] = _force_gqa_before
 
 
 class GrowingLayer(DynamicLayer):

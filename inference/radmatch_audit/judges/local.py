@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,7 @@ class LocalTransformersJudge:
         self._tokenizer, self._hf_model = loaded.tokenizer, loaded.hf_model
         self._outlines, self._grammar_backend = loaded.outlines_model, loaded.grammar_backend
         self._layers, self._full_attention = loaded.layers, loaded.full_attention
+        self._grouped_attention = loaded.grouped_attention
         import torch
 
         from radmatch_audit.judges import decoding
@@ -144,7 +146,7 @@ class LocalTransformersJudge:
     ) -> JudgeResult:
         closing = self._closing
         times = CallTimes()
-        with self._turn, self._torch.inference_mode():
+        with self._turn, self._torch.inference_mode(), self._attention():
             if closing.is_set():
                 raise JudgeError("the in-process judge was closed")
             if stop.is_set():
@@ -211,6 +213,9 @@ class LocalTransformersJudge:
             times.prefix_tokens = n
         return self._call_cache(max(room, n), prefix=cache)
 
+    def _attention(self) -> AbstractContextManager:
+        return self._decoding.grouped_query_attention() if self._grouped_attention else nullcontext()
+
     def _call_cache(self, capacity: int, prefix: Any = None) -> Any:
         """A generation's own key/value cache, holding a copy of `prefix` when given.
 
@@ -240,7 +245,7 @@ class LocalTransformersJudge:
             store = self._prefix_store
             cache = store.load(prefix_text, ids, self._hf_model.config) if store else None
             if cache is None:
-                with self._torch.inference_mode():
+                with self._torch.inference_mode(), self._attention():
                     # logits of the last position only: all of them would be prefix x vocabulary
                     # floats (5,300 x 49,152 x 4 bytes = 1 GB for SmolLM2), all thrown away
                     cache = self._hf_model(input_ids=ids, use_cache=True, logits_to_keep=1).cache

@@ -34,6 +34,10 @@ class LoadedModel:
     layers: int  # cache layers
     full_attention: bool  # every layer attends to the whole sequence (no sliding window)
     context_window: int | None  # the model's own, from its config
+    # SDPA without repeated key/value heads while it computes (decoding.grouped_query_attention):
+    # on the CPU under transformers' SDPA; on a GPU, SDPA picks its fused kernels itself, and
+    # a model that asked for another attention keeps it
+    grouped_attention: bool = False
 
 
 def import_libraries() -> None:
@@ -65,8 +69,6 @@ def load_model(model_dir: Path, device: str | None = None) -> LoadedModel:
     from outlines.backends.llguidance import LLGuidanceBackend
     from transformers import AutoTokenizer, DynamicCache
 
-    from radmatch_audit.judges import decoding
-
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
         torch.set_num_threads(cpu_threads())
@@ -76,10 +78,6 @@ def load_model(model_dir: Path, device: str | None = None) -> LoadedModel:
     hf_model = _placed_model(model_dir, device)
     hf_model.eval()
     layers = DynamicCache(config=hf_model.config)  # the kinds of layer the model caches
-    # SDPA without repeated key/value heads; on a GPU, transformers' SDPA picks its fused
-    # kernels itself, and a model that asked for another attention keeps it
-    if device == "cpu" and getattr(hf_model.config, "_attn_implementation", None) == "sdpa":
-        hf_model.set_attn_implementation(decoding.GROUPED_SDPA)
     outlines_model = outlines.from_transformers(hf_model, tokenizer)
     return LoadedModel(
         device=device, tokenizer=tokenizer, hf_model=hf_model, outlines_model=outlines_model,
@@ -91,6 +89,7 @@ def load_model(model_dir: Path, device: str | None = None) -> LoadedModel:
         # such a layer's cache can be a buffer written in place
         full_attention=all_dynamic(layers),
         context_window=getattr(hf_model.config, "max_position_embeddings", None),
+        grouped_attention=device == "cpu" and getattr(hf_model.config, "_attn_implementation", None) == "sdpa",
     )
 
 

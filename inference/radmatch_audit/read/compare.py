@@ -26,6 +26,7 @@ import math
 from typing import Any, Hashable, Iterable, Optional, Sequence
 
 import numpy as np
+from scipy.stats import permutation_test
 
 from radmatch_audit.read.reading import last_by_pair
 from radmatch_audit.core.records import Record
@@ -110,30 +111,29 @@ def sign_flip_p_values(
     """Two-sided p-value of the mean of each column of `differences` (pairs x columns)
     under random sign flips of whole studies; and "exact" or "monte carlo".
 
-    Every sign vector is used when 2**studies <= n_permutations (an exact p);
-    otherwise `n_permutations` seeded draws plus the observed assignment.
+    scipy's `permutation_test` on the studies' summed differences: every sign vector
+    when 2**studies <= n_permutations (an exact p); otherwise `n_permutations` seeded
+    draws plus the observed assignment.
     """
     diffs = np.atleast_2d(np.asarray(differences, dtype=float).T).T
     n, k = diffs.shape[0], len(clusters)
     if n == 0 or k == 0:
         return np.full(diffs.shape[1], math.nan), "exact"
+    if k == 1:  # its two sign vectors tie (scipy wants two samples or more)
+        return np.ones(diffs.shape[1]), "exact"
     sums = np.stack([diffs[list(c)].sum(axis=0) for c in clusters])  # studies x columns
-    observed = np.abs(sums.sum(axis=0)) / n
-    tolerance = 1e-9 * np.maximum(1.0, observed)
-    if k <= 62 and 2**k <= n_permutations:
-        codes = np.arange(2**k, dtype=np.int64)[:, None]
-        signs = 1 - 2 * ((codes >> np.arange(k)) & 1)  # all 2**k sign vectors
-        stats = np.abs(signs @ sums) / n
-        return (stats >= observed - tolerance).mean(axis=0), "exact"
-    rng = np.random.default_rng(seed)
-    hits = np.zeros(diffs.shape[1])
-    done = 0
-    while done < n_permutations:  # in blocks: memory stays small for many studies
-        size = min(1024, n_permutations - done)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, k))
-        hits += (np.abs(signs @ sums) / n >= observed - tolerance).sum(axis=0)
-        done += size
-    return (hits + 1) / (n_permutations + 1), "monte carlo"
+
+    def absolute_mean(study_sums: np.ndarray, axis: int) -> np.ndarray:
+        return np.abs(study_sums.sum(axis=axis)) / n
+
+    # one sample, permuted by "samples": each study's sum keeps or flips its sign; scipy
+    # enumerates every sign vector when there are at most n_permutations of them
+    result = permutation_test(
+        (sums,), absolute_mean, permutation_type="samples", vectorized=True, axis=0,
+        n_resamples=n_permutations, alternative="greater", batch=1024,
+        rng=np.random.default_rng(seed),
+    )
+    return np.atleast_1d(result.pvalue), "exact" if 2**k <= n_permutations else "monte carlo"
 
 
 def bootstrap_intervals(

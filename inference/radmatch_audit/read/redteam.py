@@ -332,3 +332,24 @@ def check_records(records: Iterable[Record], pairs: list[dict[str, Any]]) -> tup
     by_id = {record.pair_id: record for record in records}
     results = [check_record(by_id[p["pair_id"]], p) for p in pairs if p["pair_id"] in by_id]
     return results, [p["pair_id"] for p in pairs if p["pair_id"] not in by_id]
+
+
+BEHAVIOUR_WIDTH = 60  # characters of a pair's behaviour shown in the table
+
+
+def format_results(results: list[PairResult], missing: list[str]) -> str:
+    """The table of `radmatch-audit redteam`: pair, behaviour, result and why, then the
+    pass rate and the pairs of the set without a record."""
+    rows = [("pair", "behaviour", "result", "why")]
+    for r in results:
+        behaviour = r.behaviour if len(r.behaviour) <= BEHAVIOUR_WIDTH else r.behaviour[: BEHAVIOUR_WIDTH - 3] + "..."
+        rows.append((r.pair_id, behaviour, r.status, r.why))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3] for row in rows]
+    passed = sum(r.status == "pass" for r in results)
+    failed_judge = sum(r.status == "judge-failed" for r in results)
+    share = f" ({100 * passed / len(results):.0f} %)" if results else ""
+    lines += ["", f"pass rate: {passed}/{len(results)}{share}; judge-failed: {failed_judge}"]
+    if missing:
+        lines.append(f"{len(missing)} pair(s) of the set have no record: {', '.join(missing)}")
+    return "\n".join(lines)

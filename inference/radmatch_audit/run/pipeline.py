@@ -44,7 +44,7 @@ from radmatch_audit.core.vocabulary import DEFAULT_MODALITY, check_modality
 PAIRS_PER_SLOT = 8
 # Pairs read ahead of the open ones, per slot: when the input ends within them, the run's
 # tail is known. Two per slot covers a tail's chains of calls (1, 2 and 8 per slot gave
-# the same efficiency in scripts/bench_pipeline.py) and keeps smaller runs oldest-first.
+# the same efficiency in benchmarks/bench_pipeline.py) and keeps smaller runs oldest-first.
 READ_AHEAD_PER_SLOT = 2
 
 OnRecord = Callable[[AnyRecord], None]
@@ -248,7 +248,7 @@ def freeze_setup_heap() -> None:
     For a process that is RadMatch's alone (the CLI), once its setup is done: the modules,
     the judge and its client live until the process ends, yet a full collection mid-run
     re-scans them all and stalls the event loop that sends the judge calls (178 ms once
-    per run in scripts/bench_pipeline.py, longer than a whole wave of 0.2 s calls). Not for
+    per run in benchmarks/bench_pipeline.py, longer than a whole wave of 0.2 s calls). Not for
     a library caller's process (a training loop): its objects alive now may become cyclic
     garbage later, and frozen ones are never collected.
     """

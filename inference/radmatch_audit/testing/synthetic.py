@@ -3,7 +3,7 @@
 Two profiles, both with sizes on ~40 % of findings:
 
 * realistic: the candidate is derived from the reference at the error rates radiologists
-  annotated in RadPref (`scripts/radpref_rates.py`): 58 % of reference findings missed,
+  annotated in RadPref (`benchmarks/radpref_rates.py`): 58 % of reference findings missed,
   47 % of candidate findings false, an attribute error on 17 % of matched findings.
 * stress: every attribute of both sides drawn independently and most findings matched,
   so nearly every matched unit has several errors. A worst case for scoring, not a
@@ -33,7 +33,7 @@ TIERS = list(SIGNIFICANCE_TIERS)
 COMPARISONS = [None, None, None, *get_args(Comparison)]  # no comparison on 3 in 8 findings
 SENTENCE = "Moderate right lower lobe opacity measuring 2.3 cm, likely atelectasis."
 
-# RadPref, pooled over its three radiologists (`python scripts/radpref_rates.py`)
+# RadPref, pooled over its three radiologists (`python benchmarks/radpref_rates.py`)
 MISSED, FALSE, ATTRIBUTE_ERROR = 0.58, 0.47, 0.17
 
 QUALIFIERS = ["Small", "Moderate", "Large", "Mild", "Patchy", "Subtle", "Stable", "New"]

@@ -1,8 +1,8 @@
 """Benchmark of the judge pipeline: throughput, calls and tokens per pair, client CPU.
 
-    python scripts/bench_pipeline.py [--references 64] [--candidates 4] [--latency 0.2]
+    python benchmarks/bench_pipeline.py [--references 64] [--candidates 4] [--latency 0.2]
                                      [--capacity 64] [--concurrency 64] [--json]
-    python scripts/bench_pipeline.py --base-url http://127.0.0.1:8000/v1 --model NAME
+    python benchmarks/bench_pipeline.py --base-url http://127.0.0.1:8000/v1 --model NAME
 
 Simulated (default): the fake judge server (radmatch_audit.testing.fake_server) runs in a
 subprocess, so that time.process_time() here is the client's CPU alone. Every call

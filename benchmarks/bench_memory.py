@@ -1,6 +1,6 @@
 """Peak memory of `radmatch-audit evaluate` at two run sizes: does it stay flat in the number of pairs?
 
-    python scripts/bench_memory.py [--sizes 2000 20000] [--candidates 4] [--concurrency 32]
+    python benchmarks/bench_memory.py [--sizes 2000 20000] [--candidates 4] [--concurrency 32]
                                    [--seed 0] [--timeout-s 3600] [--json]
 
 For each size N: N synthetic pairs (N / candidates references of 300-600 characters,
@@ -219,7 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     smallest, largest = results[0], results[-1]
     ratio = largest["peak_rss_mb"] / smallest["peak_rss_mb"]
     ok = ratio <= args.goal and all(r["exit"] == 0 and not r["timed_out"] for r in results)
-    reproduce = "python scripts/bench_memory.py " + " ".join(
+    reproduce = "python benchmarks/bench_memory.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.json:
         print(json.dumps({"results": results, "ratio": round(ratio, 3), "goal": args.goal,

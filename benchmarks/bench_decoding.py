@@ -1,12 +1,13 @@
 """The embedded judge's decoding against transformers' default way, on the same calls.
 
-    python scripts/bench_decoding.py [--pairs 1] [--threads 1]
+    python benchmarks/bench_decoding.py [--pairs 1] [--threads 1]
 
 Runs the first `--pairs` example pairs (examples/pairs.jsonl) through RadMatch with the
 embedded SmolLM2 judge, recording every call (answer cache off), then replays each call
 the way transformers' `generate` decodes under a logits processor: a concatenating
 `DynamicCache` (the prefix's cache copied in), transformers' SDPA attention (keys and
-values repeated per query head whenever a mask is present) and one token per forward
+values repeated per query head whenever a mask is present: TRANSFORMERS_SDPA_FORCE_GQA,
+which the judge sets while it computes, is not set here) and one token per forward
 pass. Prints, per call and in total, the CPU seconds of each way, their ratio, the
 forward passes, and whether the two answers are the same (greedy: they must be).
 Both ways run in this one process, one after the other, so the ratio holds on a busy
@@ -76,7 +77,6 @@ def main() -> None:
         ids, prefix = judge._prefix(call["messages"])
         full = judge._encode(judge.prompt_text(call["messages"]))
         cache = DynamicCache(ddp_cache_data=[(layer.keys, layer.values) for layer in prefix.layers])
-        model.set_attn_implementation("sdpa")
         started = time.process_time()
         with torch.inference_mode():
             decoded = decoding.decode(
@@ -84,7 +84,6 @@ def main() -> None:
                 cache, full[:, ids.shape[1]:], call["max_tokens"], fast_forward=False,
             )
         default_cpu = time.process_time() - started
-        model.set_attn_implementation(decoding.GROUPED_SDPA)
         text = judge._tokenizer.decode(decoded.tokens, skip_special_tokens=True)
         same += text == call["text"]
         ours_total += call["cpu"]

@@ -1,6 +1,6 @@
 """Where the embedded SmolLM2 judge spends its time on a CPU: prefill and decoding.
 
-    python scripts/bench_small_judge.py [--threads 1] [--context 4500] [--int8]
+    python benchmarks/bench_small_judge.py [--threads 1] [--context 4500] [--int8]
 
 Prefills `--context` random tokens, then decodes 40 tokens one at a time on the key/value
 cache (no grammar, no sampling): seconds for the prefill and milliseconds per decoded

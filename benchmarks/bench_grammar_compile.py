@@ -16,8 +16,8 @@ compile runs in its own process with a time limit. Each exemplar answer of the s
 (fewshots/*/STAGE.json) is then checked against the compiled grammar: what the
 prompts teach must stay expressible.
 
-    python scripts/bench_grammar_compile.py --backend xgrammar --strings both
-    python scripts/bench_grammar_compile.py --backend outlines --stages extract --timeout 900
+    python benchmarks/bench_grammar_compile.py --backend xgrammar --strings both
+    python benchmarks/bench_grammar_compile.py --backend outlines --stages extract --timeout 900
 
 xgrammar is not a RadMatch dependency: run it with a python that has it
 (`pip install xgrammar==0.2.8`, the version vLLM 0.33.0 pins, in a scratch venv).

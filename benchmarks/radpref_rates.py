@@ -1,6 +1,6 @@
 """Error rates radiologists annotated in RadPref: what the realistic benchmark profile uses.
 
-    python scripts/radpref_rates.py [path/to/radpref]
+    python benchmarks/radpref_rates.py [path/to/radpref]
 
 For each annotator and over all annotated candidate reports: the share of reference
 findings the candidate missed, the share of candidate findings that are false, and the

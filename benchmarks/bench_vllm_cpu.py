@@ -1,6 +1,6 @@
 """bench_pipeline.py against a real vLLM server: the CPU build serving SmolLM2-135M.
 
-    python scripts/bench_vllm_cpu.py [--levels 1,8] [--min-pairs 4 | --pairs N] [--kv-cache-gb 1] [--json]
+    python benchmarks/bench_vllm_cpu.py [--levels 1,8] [--min-pairs 4 | --pairs N] [--kv-cache-gb 1] [--json]
 
 Starts vLLM (CPU, from `bash scripts/setup_vllm_cpu.sh`; RADMATCH_VLLM_VENV points to
 it) on a loopback port exactly as the integration tests do, runs the real-server mode
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "benchmarks")]
 
 import bench_pipeline  # noqa: E402
 from vllm_server import start_vllm_server  # noqa: E402

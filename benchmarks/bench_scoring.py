@@ -1,6 +1,6 @@
 """Recompute throughput on synthetic records of realistic size (8-15 findings a side).
 
-    python scripts/bench_scoring.py [--pairs 10000] [--seed 0] [--repeats 3]
+    python benchmarks/bench_scoring.py [--pairs 10000] [--seed 0] [--repeats 3]
                                     [--profile realistic|stress|both]
 
 Writes N synthetic records to a temp file, as `radmatch-audit evaluate` writes them (stages and
