@@ -16,7 +16,7 @@ from radmatch_audit.read.recompute import score_record
 from radmatch_audit.core.schemas import GradingStage
 from radmatch_audit.testing.scripted import ScriptedJudge
 
-OLD_RECORDS = Path(__file__).parent / "data" / "records_bdb6a1e.jsonl.gz"  # written at bdb6a1e (v2)
+OLD_RECORDS = Path(__file__).parents[1] / "data" / "records_bdb6a1e.jsonl.gz"  # written at bdb6a1e (v2)
 TWO_ROWS = "Small left pleural effusion. Mild cardiomegaly."
 
 

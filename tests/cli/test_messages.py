@@ -9,7 +9,7 @@ from pathlib import Path
 
 from builders import fig3_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAIRS = ROOT / "examples" / "pairs.jsonl"
 CLI = [sys.executable, "-m", "radmatch_audit.cli"]
 PAIRS_MESSAGE = "is not a records file (it looks like input pairs: run `radmatch-audit evaluate` on it first)"

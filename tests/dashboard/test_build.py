@@ -23,10 +23,10 @@ from radmatch_audit.dashboard import build_dashboard, embed_json, locate_evidenc
 from radmatch_audit.dashboard.build import SUBSET_BITS, _asset, _sha256, render_page
 from radmatch_audit.scoring.results import vocabularies
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import dashboard_fixtures as fx
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
 # --------------------------------------------------------------------------- without a browser

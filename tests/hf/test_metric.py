@@ -30,7 +30,7 @@ from radmatch_audit.hf.metric_install import install_metric, script_path
 from radmatch_audit.files.record_io import read_records
 from radmatch_audit.testing.scripted import RecordingJudge, ScriptedJudge
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / "radmatch_metric.py"
 CLOSED_URL = "http://127.0.0.1:9/v1"  # loopback discard port: connection refused at once
 
@@ -485,7 +485,7 @@ def test_second_epoch_with_the_real_model_extracts_only_new_candidates(shared_an
     assert second["records"][0]["usage"]["cached_calls"] >= 1
 
 
-# docs/metric.md's blocks run in tests/test_docs_blocks.py (every document's blocks, one runner).
+# docs/metric.md's blocks run in tests/docs/test_docs_blocks.py (every document's blocks, one runner).
 
 
 def test_bare_name_before_install_metric_fails_with_the_message_the_docs_pair_with_the_fix(tmp_path):
