@@ -3,7 +3,7 @@
 The document's Python blocks run as written, in one session, against the repository's
 test judge server (radmatch_audit.testing.fake_server.StubServer: toy answers, real
 pipeline, real HTTP); each printed record replaces the JSON block that follows
-"The line it prints". tests/test_docs_blocks.py checks the document against the same
+"The line it prints". tests/docs/test_docs_blocks.py checks the document against the same
 run (timings aside), so run this after a change to prompts, exemplars or records:
 
     .venv/bin/python scripts/regen_records_example.py

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import json
+from collections.abc import Iterable
+from pathlib import Path
 
 from radmatch_audit.core.records import Record, Stages
 from radmatch_audit.core.schemas import Finding, GradingStage, MatchingAnswer, MatchRow, Measurement
 
 
-def m(value: float, unit: Optional[str], category: str = "size", prior: bool = False) -> Measurement:
+def m(value: float, unit: str | None, category: str = "size", prior: bool = False) -> Measurement:
     return Measurement(value=value, unit=unit, category=category, prior=prior)
 
 
@@ -16,10 +18,10 @@ def f(
     id: str,
     status: str = "abnormal",
     sig: str = "routine",
-    comparison: Optional[str] = None,
-    measurements: Optional[list] = None,
-    evidence: Optional[list[str]] = None,
-    text: Optional[str] = None,
+    comparison: str | None = None,
+    measurements: list | None = None,
+    evidence: list[str] | None = None,
+    text: str | None = None,
 ) -> Finding:
     return Finding(
         id=id,
@@ -59,10 +61,10 @@ def record(
     gt: list[Finding],
     pred: list[Finding],
     match: MatchingAnswer,
-    grade: Optional[GradingStage] = None,
+    grade: GradingStage | None = None,
     reference: str = "reference text",
     candidate: str = "candidate text",
-    error: Optional[str] = None,
+    error: str | None = None,
 ) -> Record:
     return Record(
         pair_id=pair_id,
@@ -116,7 +118,7 @@ def fig3_record(pair_id: str = "fig3") -> Record:
 
 def adjudicated(
     rec: Record,
-    errors: Optional[list[int]] = None,
+    errors: list[int] | None = None,
     unlisted: tuple[str, ...] = (),
     state: str = "current",
 ) -> Record:
@@ -166,3 +168,9 @@ def version3_line(rec: Record) -> str:
         unit.pop("significant_errors", None)
         unit.pop("actionable_errors", None)
     return json.dumps(data)
+
+
+def write_jsonl(path: Path, rows: Iterable[dict]) -> Path:
+    """Write `rows` as JSON lines to `path` and return it."""
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path

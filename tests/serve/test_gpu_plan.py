@@ -1,5 +1,5 @@
 """serve/gpu_plan.py: the judge server's GPU plan, as functions and as the command
-serve/start_vllm.sh runs (tests/test_serve.py runs the script itself)."""
+serve/start_vllm.sh runs (tests/serve/test_start_vllm.py runs the script itself)."""
 
 from __future__ import annotations
 

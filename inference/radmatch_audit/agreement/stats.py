@@ -15,7 +15,7 @@ multiplicities c), and every statistic of a resample is computed from c at once 
 all resamples: tau-b as c'(Sx*Sy)c / sqrt(c'|Sx|c * c'|Sy|c), with Sx, Sy the matrices of
 signs of pairwise differences (a pair drawn twice is tied with itself on both sides,
 as scipy counts it), Pearson r from c-weighted moments. Both equal scipy's value on
-the resampled data (tests/test_agreement.py checks it).
+the resampled data (tests/agreement/test_agreement.py checks it).
 """
 
 from __future__ import annotations

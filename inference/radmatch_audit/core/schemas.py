@@ -106,7 +106,7 @@ SERVER_LIMITS = Limits(
 )
 # Sized so that the longest JSON these caps allow fits SMALL_MODEL_MAX_TOKENS (below):
 # with SmolLM2's tokenizer a full extraction answer is about 1,100 tokens of 1,700. The
-# caps admit everything the exemplars teach (tests/test_fewshots.py checks it): two quotes
+# caps admit everything the exemplars teach (tests/stages/test_exemplars.py checks it): two quotes
 # for a finding merged from FINDINGS and IMPRESSION (rule 4), two measurements (a value
 # and its prior). Six findings rather than eight pay for the second quote: on a busy
 # 2-core machine the extraction grammar then compiles faster than with 8 findings and

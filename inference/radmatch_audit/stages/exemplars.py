@@ -11,7 +11,7 @@ where `input` is what the pipeline puts in the user message and `output` validat
 against the stage's answer model (a grading output grades each input pair once, in
 order, by its ids; an adjudication output answers each input unit once, in order).
 `expected` (match, grade and adjudicate exemplars) is what the scoring code must make
-of the output (tests/test_exemplar_verdicts.py checks it); the model never
+of the output (tests/stages/test_exemplar_verdicts.py checks it); the model never
 sees it, so the loader drops it and it is no part of the prompt version
 (`radmatch_audit.stages.prompt` renders and versions what is loaded here).
 

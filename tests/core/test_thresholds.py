@@ -20,7 +20,7 @@ from radmatch_audit.scoring.comparators import measurement_errors
 from radmatch_audit.testing.synthetic import PROFILES
 from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS, TABLE_FILE
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # The table as the contract gives it, written out here so the data file is checked too.
 TABLE = {

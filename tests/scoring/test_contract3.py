@@ -33,7 +33,7 @@ from radmatch_audit.core.schemas import (
 from radmatch_audit.scoring.comparators import measurement_errors, normalise
 from radmatch_audit.core.thresholds import parse_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OLD_RECORDS = REPO / "tests" / "data" / "records_bdb6a1e.jsonl.gz"
 TIERS = ("critical", "urgent", "notable", "routine")
 ACTIONABLE = ("critical", "urgent", "notable")

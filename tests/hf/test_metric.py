@@ -21,16 +21,22 @@ os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")  # before evaluate is imported
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import warnings
+
 import pytest
 
 from radmatch_audit import Evaluator, JudgeConfig, PairInput
-from radmatch_audit.hf.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
 from radmatch_audit.cli import build_parser
-from radmatch_audit.hf.metric_install import install_metric, script_path
 from radmatch_audit.files.record_io import read_records
+from radmatch_audit.hf.metric import PER_PAIR_EXTRAS, MetricScorer, make_pairs, split_init_kwargs
+from radmatch_audit.hf.metric_install import install_metric, script_path
+from radmatch_audit.hf.reward import RadMatchReward
+from radmatch_audit.judges import judge_notice
+from radmatch_audit.judges.judge_notice import NotClinicalWarning
+from radmatch_audit.testing.fake_server import StubServer
 from radmatch_audit.testing.scripted import RecordingJudge, ScriptedJudge
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / "radmatch_metric.py"
 CLOSED_URL = "http://127.0.0.1:9/v1"  # loopback discard port: connection refused at once
 
@@ -485,7 +491,7 @@ def test_second_epoch_with_the_real_model_extracts_only_new_candidates(shared_an
     assert second["records"][0]["usage"]["cached_calls"] >= 1
 
 
-# docs/metric.md's blocks run in tests/test_docs_blocks.py (every document's blocks, one runner).
+# docs/metric.md's blocks run in tests/docs/test_docs_blocks.py (every document's blocks, one runner).
 
 
 def test_bare_name_before_install_metric_fails_with_the_message_the_docs_pair_with_the_fix(tmp_path):
@@ -508,3 +514,45 @@ def test_bare_name_before_install_metric_fails_with_the_message_the_docs_pair_wi
     for module in (radmatch_audit, radmatch_audit.hf.metric):
         assert "radmatch-audit install-metric" in module.__doc__
         assert "Couldn't find a module script" in " ".join(module.__doc__.split())
+
+
+class SmallJudge(ScriptedJudge):
+    """The scripted answers under the embedded judge's name."""
+
+    backend = "transformers"
+    model = "SmolLM2-135M-Instruct"
+
+
+def test_compute_names_a_server_judge_by_host_without_path_or_key(monkeypatch):
+    monkeypatch.setenv("H3_TEST_KEY", "sk-very-secret")
+    with StubServer(api_key="sk-very-secret", model="big-judge") as server:
+        scorer = MetricScorer(base_url=server.base_url + "?token=q", model="big-judge",
+                              api_key_env="H3_TEST_KEY", cache=False, env={})
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = scorer.compute([C1], [REF], progress=False)
+        finally:
+            scorer.close()
+    port = server.base_url.split(":")[2].split("/")[0]
+    assert result["judge"] == {"backend": "vllm", "model": "big-judge",
+                               "endpoints": [f"127.0.0.1:{port}"], "embedded_small_judge": False}
+    text = json.dumps(result["judge"])
+    assert "secret" not in text and "/v1" not in text and "token" not in text
+    assert not [w for w in caught if issubclass(w.category, NotClinicalWarning)]
+
+
+def test_embedded_judge_results_warn_once_per_process(monkeypatch):
+    monkeypatch.setattr(judge_notice, "_warned", False)
+    scorer = MetricScorer(judge=SmallJudge(), cache=False, env={})
+    reward = RadMatchReward(scorer=scorer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = scorer.compute([C1], [REF], progress=False)
+        scorer.compute([C2], [REF], progress=False)
+        reward(completions=[C1], reference=[REF])
+    notices = [w for w in caught if issubclass(w.category, NotClinicalWarning)]
+    assert len(notices) == 1 and "not clinical" in str(notices[0].message)
+    assert first["judge"]["embedded_small_judge"] is True
+    assert reward.judge == first["judge"] and reward.judge["model"] == "SmolLM2-135M-Instruct"
+    scorer.close()

@@ -1,11 +1,18 @@
-"""Decode economy (issue 29): the exemplars teach compact answers that lose nothing."""
+"""stages/prompt.py: the prompts' compact answers (issue 29: the exemplars teach compact answers that lose nothing)."""
 
 import json
 
 import pytest
 
-from radmatch_audit.stages import MODALITIES, compact_answer, drop_defaults, finding_view, load_exemplars, stage_prompt
 from radmatch_audit.core.schemas import ANSWER_MODELS, Finding, own_quote
+from radmatch_audit.stages import (
+    MODALITIES,
+    compact_answer,
+    drop_defaults,
+    finding_view,
+    load_exemplars,
+    stage_prompt,
+)
 
 CELLS = [(m, s) for m in MODALITIES for s in ("extract", "match", "grade")]
 

@@ -41,7 +41,7 @@ from radmatch_audit.read.redteam import check_record, load_pairs
 from radmatch_audit.core.schemas import ANSWER_MODELS
 from radmatch_audit.testing.scripted import stage_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAIRS = REPO / "redteam" / "pairs.jsonl"
 ANSWERS = REPO / "redteam" / "correct_answers.jsonl"
 STAGES = ("extract_reference", "extract_candidate", "match", "grade")

@@ -28,7 +28,7 @@ from radmatch_audit.scoring import score_record
 from radmatch_audit.stages.adjudication import adjudication_input
 from radmatch_audit.testing.scripted import ScriptedJudge
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def umbrella_record(second_status: str = "abnormal"):

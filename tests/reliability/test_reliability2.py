@@ -32,7 +32,7 @@ from radmatch_audit.testing.fake_server import StubServer
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reliability import synthetic_pairs, write_jsonl  # noqa: E402
 
-RADPREF = Path(__file__).parent / "data" / "radpref"
+RADPREF = Path(__file__).parents[1] / "data" / "radpref"
 MAX_TOKENS = {"extract": 2048, "match": 1024, "grade": 1024}
 
 

@@ -21,7 +21,7 @@ from radmatch_audit.stages import build_messages
 
 pytestmark = pytest.mark.slow
 
-RADPREF = Path(__file__).resolve().parent / "data" / "radpref"  # shipped: see its README.md
+RADPREF = Path(__file__).resolve().parents[1] / "data" / "radpref"  # shipped: see its README.md
 
 
 def radpref_rows():

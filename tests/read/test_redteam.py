@@ -24,7 +24,7 @@ from radmatch_audit.read.redteam import (KINDS, check_expectation, check_record,
 from radmatch_audit.testing.fake_server import StubServer
 from radmatch_audit.testing.scripted import ScriptedJudge
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAIRS = REPO / "redteam" / "pairs.jsonl"
 REQUIRED_ATTACKS = {
     "instruction", "incidental_label", "boilerplate", "history_section", "fake_findings_block", "html",

@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builders import fig3_record
+from builders import fig3_record, write_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+from radmatch_audit.testing.fake_server import StubServer
+
+ROOT = Path(__file__).resolve().parents[2]
 PAIRS = ROOT / "examples" / "pairs.jsonl"
 CLI = [sys.executable, "-m", "radmatch_audit.cli"]
 PAIRS_MESSAGE = "is not a records file (it looks like input pairs: run `radmatch-audit evaluate` on it first)"
@@ -282,3 +284,76 @@ def test_the_summary_docs_scoring_reads_is_what_the_command_prints(tmp_path):
     assert shown == printed, (
         "docs/scoring.md's summary is not what `radmatch-audit summary` prints for "
         "tests/data/examples_embedded_records.jsonl.gz: paste the new output (trailing spaces cut)")
+
+
+def cli(*argv: str, capsys) -> tuple[int, str, str]:
+    from radmatch_audit.cli import main
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def pairs_file(tmp_path, n: int = 2):
+    return write_jsonl(tmp_path / "pairs.jsonl", [
+        {"pair_id": str(i), "reference": "Small right pleural effusion.", "candidate": "No effusion."}
+        for i in range(n)])
+
+
+def test_evaluate_refuses_wrong_columns_before_loading_a_judge(tmp_path, capsys, monkeypatch):
+    from radmatch_audit.judges.config import JudgeConfig
+
+    def no_judge(self):
+        raise AssertionError("a judge was built for an input that cannot be read")
+
+    monkeypatch.setattr(JudgeConfig, "build_judge", no_judge)
+    src = write_jsonl(tmp_path / "pairs.jsonl", [{"ref": "A.", "hyp": "B."}] * 3)
+    code, out, err = cli("evaluate", str(src), "-o", str(tmp_path / "r.jsonl"), capsys=capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"radmatch-audit: error: {src} has no column 'reference', 'candidate' "
+                          "(columns found in its first 3 JSON lines: 'ref', 'hyp'); name the right "
+                          "ones with --reference-column NAME and --candidate-column NAME")
+    assert "note:" not in err and not (tmp_path / "r.jsonl").exists()
+
+
+def test_evaluate_summary_names_the_judge_and_refuses_to_replace_records(tmp_path, capsys):
+    src, out = pairs_file(tmp_path), tmp_path / "records.jsonl"
+    with StubServer() as server:
+        judge = ["--base-url", server.base_url, "--model", "stub-judge", "--no-cache", "-q"]
+        code, summary, _ = cli("evaluate", str(src), "-o", str(out), *judge, capsys=capsys)
+        assert code == 0
+        port = server.base_url.split(":")[2].split("/")[0]
+        *_, judge_line, _, pointer = summary.rstrip().splitlines()
+        assert judge_line == f"judge: vllm / stub-judge at 127.0.0.1:{port}"
+        assert pointer.startswith("what each line means: radmatch-audit summary --explain")
+        written = out.read_text()
+
+        code, _, err = cli("evaluate", str(src), "-o", str(out), *judge, capsys=capsys)
+        assert code == 2 and err.strip() == (
+            f"radmatch-audit: error: {out} exists and holds records: add --resume to keep them "
+            "and evaluate the rest, or --force to replace it")
+        assert out.read_text() == written  # untouched
+
+        code, as_json, _ = cli("evaluate", str(src), "-o", str(out), *judge, "--resume", "--json",
+                               capsys=capsys)
+        assert code == 0 and json.loads(as_json)["judge"]["model"] == "stub-judge"
+        assert out.read_text() == written  # resumed: every pair was done
+        code, _, _ = cli("evaluate", str(src), "-o", str(out), *judge, "--force", capsys=capsys)
+        assert code == 0 and out.read_text().count("\n") == 2
+
+
+def test_recompute_and_dashboard_outputs_are_owner_only_and_a_replacement_is_said(tmp_path, capsys):
+    src, records = pairs_file(tmp_path), tmp_path / "records.jsonl"
+    with StubServer() as server:
+        assert cli("evaluate", str(src), "-o", str(records), "--base-url", server.base_url,
+                   "--model", "stub-judge", "--no-cache", "-q", capsys=capsys)[0] == 0
+    for command, output in (("recompute", tmp_path / "again.jsonl"), ("dashboard", tmp_path / "page.html")):
+        output.write_text("old")
+        output.chmod(0o644)
+        code, _, err = cli(command, str(records), "-o", str(output), capsys=capsys)
+        assert code == 0, err
+        assert f"note: replacing {output}, which exists" in err
+        assert output.stat().st_mode & 0o777 == 0o600 and output.read_text() != "old"
+        output.unlink()
+        code, _, err = cli(command, str(records), "-o", str(output), capsys=capsys)
+        assert code == 0 and "replacing" not in err and output.stat().st_mode & 0o777 == 0o600

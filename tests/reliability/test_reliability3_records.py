@@ -1,5 +1,5 @@
 """Issue 36, "Reliability and security, round 3": records files and inputs (items 1, 2, 4,
-5, 6, 13, 15 and 17; items 12 and 16 are in test_compare.py and test_agreement.py).
+5, 6, 13, 15 and 17; items 12 and 16 are in tests/read/test_compare.py and tests/agreement/test_agreement.py).
 
 Every test uses real files, real processes or a real lock and the loopback fake server
 (radmatch_audit.testing.fake_server). Each test names the issue item it covers.
@@ -173,7 +173,7 @@ def test_a_malformed_older_record_is_a_named_bad_line_everywhere(tmp_path, score
     page = tmp_path / "page.html"  # the dashboard lists bad lines on its page
     assert main(["dashboard", str(path), "-o", str(page)]) in (0, 1)
     assert page.is_file() and "Traceback" not in capsys.readouterr().err
-    radpref = Path(__file__).parent / "data" / "radpref"  # agreement counts bad lines as unreadable
+    radpref = Path(__file__).parents[1] / "data" / "radpref"  # agreement counts bad lines as unreadable
     assert main(["agreement", str(path), "--annotations", str(radpref), "--json"]) == 0
     assert "Traceback" not in capsys.readouterr().err
 

@@ -21,7 +21,7 @@ from radmatch_audit.agreement.rexval import load_rexval
 from radmatch_audit.agreement.stats import agreement, blocked_tau_b, kendall_tau_b, pearson_r
 from radmatch_audit.read.resampling import group_by_study
 
-RADPREF = Path(__file__).resolve().parent / "data" / "radpref"  # shipped: see its README.md
+RADPREF = Path(__file__).resolve().parents[1] / "data" / "radpref"  # shipped: see its README.md
 
 
 # --------------------------------------------------------------------------- statistics

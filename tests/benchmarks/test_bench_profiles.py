@@ -14,7 +14,7 @@ from radmatch_audit.read.recompute import score_record
 from radmatch_audit.testing.fake_server import StubServer
 from radmatch_audit.testing.synthetic import realistic_record, stress_record
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scoring.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_scoring.py"
 
 # RadPref's error rates, pooled over its three radiologists (`benchmarks/radpref_rates.py`
 # derives them from the annotations), written out here rather than imported from the

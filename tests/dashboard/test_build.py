@@ -24,10 +24,10 @@ from radmatch_audit.dashboard.build import _asset, _sha256, render_page
 from radmatch_audit.dashboard.view import SUBSET_BITS
 from radmatch_audit.scoring.results import vocabularies
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import dashboard_fixtures as fx
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
 # --------------------------------------------------------------------------- without a browser

@@ -28,7 +28,7 @@ ExtractionAnswer = ANSWER_MODELS["extract"]
 MatchingAnswer = ANSWER_MODELS["match"]
 GradingAnswer = ANSWER_MODELS["grade"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CELLS = [(m, s) for m in P.MODALITIES for s in P.STAGES]
 WORD_LIMITS = {"extract": 2800,  # SmolLM2 token sizes: test_small_judge_keeps_at_least_one_exemplar
                 "match": 1200, "grade": 1200, "adjudicate": 900}
@@ -666,7 +666,7 @@ def test_grading_answers_are_keyed_in_input_order():
 
 def test_only_match_grade_and_adjudicate_exemplars_carry_expected():
     """Spec 2: "expected" sits beside input and output of every match, grade and adjudicate
-    exemplar (tests/test_exemplar_verdicts.py replays it through the scoring code)."""
+    exemplar (tests/stages/test_exemplar_verdicts.py replays it through the scoring code)."""
     for stage in P.STAGES:  # adjudicate: the pair's significant_errors
         keys = {"input", "output"} if stage == "extract" else {"input", "output", "expected"}
         for where, ex in _raw_exemplars(stage):

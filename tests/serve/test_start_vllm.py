@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from vllm_server import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 START = REPO / "serve" / "start_vllm.sh"
 CHECK = REPO / "serve" / "check_judge.py"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -14,7 +14,7 @@ from radmatch_audit.cli import main
 from radmatch_audit.testing import fake_server
 from radmatch_audit.testing.fake_server import StubServer
 
-RADPREF = Path(__file__).resolve().parent / "data" / "radpref"  # shipped: see its README.md
+RADPREF = Path(__file__).resolve().parents[1] / "data" / "radpref"  # shipped: see its README.md
 _SENTENCE = re.compile(r"[^.]+\.")
 
 

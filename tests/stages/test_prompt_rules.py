@@ -1,6 +1,6 @@
 """The stage instructions state the judge rules of 2026-12-02 (docs/judge.md rules 12-19).
 
-These read the instruction texts only; the exemplars are checked in test_fewshots.py.
+These read the instruction texts only; the exemplars are checked in tests/stages/test_exemplars.py.
 """
 
 import json

@@ -43,7 +43,7 @@ from radmatch_audit.cli.app import COMMANDS, build_parser
 from radmatch_audit.judges.config import SERVER_CONCURRENCY
 from radmatch_audit.testing.fake_server import StubServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUN = {"sh": "shell", "bash": "shell", "python": "python"}
 INERT = {"json", "text"}
