@@ -215,22 +215,28 @@ def grading_rows_problem(given: Sequence[tuple[str, str]], sent: Sequence[tuple[
     return None
 
 
-@lru_cache(maxsize=8)
-def _grade_rows_checked(grade: type[BaseModel]) -> type[BaseModel]:
-    """`grade`, checking that its entries grade the rows sent (given as validation context)."""
+def _checked(model: type[BaseModel], context_key: str, keys: Any, problem: Any) -> type[BaseModel]:
+    """`model`, checking that an answer's entries, `keys(answer)`, answer what was sent
+    (given as validation context under `context_key`) exactly once: `problem` says why not."""
 
-    def every_row_once(answer: BaseModel, info: ValidationInfo) -> BaseModel:
-        rows = (info.context or {}).get("rows")
-        problem = rows is not None and grading_rows_problem([(e.pred_id, e.gt_id) for e in answer.grades], rows)
-        if problem:
-            raise ValueError(problem)
+    def every_entry_once(answer: BaseModel, info: ValidationInfo) -> BaseModel:
+        sent = (info.context or {}).get(context_key)
+        found = sent is not None and problem(keys(answer), sent)
+        if found:
+            raise ValueError(found)
         return answer
 
     return create_model(
-        "GradingAnswer",
-        __base__=grade,
-        __validators__={"every_row_once": model_validator(mode="after")(every_row_once)},
+        model.__name__,
+        __base__=model,
+        __validators__={"every_entry_once": model_validator(mode="after")(every_entry_once)},
     )
+
+
+@lru_cache(maxsize=8)
+def _grade_rows_checked(grade: type[BaseModel]) -> type[BaseModel]:
+    """`grade`, checking that its entries grade the rows sent."""
+    return _checked(grade, "rows", lambda a: [(e.pred_id, e.gt_id) for e in a.grades], grading_rows_problem)
 
 
 class RowsChecked:
@@ -300,20 +306,8 @@ def adjudication_units_problem(given: Sequence[int], shown: int) -> Optional[str
 
 @lru_cache(maxsize=8)
 def _adjudication_units_checked(adjudicate: type[BaseModel]) -> type[BaseModel]:
-    """`adjudicate`, checking that it answers every unit shown (given as validation context)."""
-
-    def every_unit_once(answer: BaseModel, info: ValidationInfo) -> BaseModel:
-        shown = (info.context or {}).get("units")
-        problem = shown is not None and adjudication_units_problem([e.unit for e in answer.units], shown)
-        if problem:
-            raise ValueError(problem)
-        return answer
-
-    return create_model(
-        "AdjudicationAnswer",
-        __base__=adjudicate,
-        __validators__={"every_unit_once": model_validator(mode="after")(every_unit_once)},
-    )
+    """`adjudicate`, checking that it answers every unit shown."""
+    return _checked(adjudicate, "units", lambda a: [e.unit for e in a.units], adjudication_units_problem)
 
 
 class UnitsChecked(RowsChecked):

@@ -25,7 +25,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from radmatch_audit.core.records import PairInput
-from radmatch_audit.stages.exemplars import FewshotError, fewshot_dir, read_prompt
+from radmatch_audit.stages.exemplars import FewshotError, fewshot_dir, read_exemplar_file, read_prompt
 from radmatch_audit.stages.prompt import Prompt
 from radmatch_audit.stages.stage import JudgeStage, Rows
 from radmatch_audit.core.vocabulary import check_choice
@@ -77,12 +77,7 @@ def load_exemplars(method: str) -> list[dict[str, Any]]:
     if method not in EXEMPLAR_METHODS:
         return []
     path = fewshot_dir() / "baselines" / f"{method}.json"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise FewshotError(f"{path}: exemplar file not found") from exc
-    except json.JSONDecodeError as exc:
-        raise FewshotError(f"{path}: not valid JSON ({exc})") from exc
+    doc = read_exemplar_file(path)
     if not isinstance(doc, dict) or doc.get("method") != method or not isinstance(doc.get("exemplars"), list):
         raise FewshotError(f"{path}: expected an object with method {method!r} and an 'exemplars' list")
     exemplars = []

@@ -183,6 +183,16 @@ def _check_grade_keys(data: dict[str, Any], output: dict[str, Any], where: str) 
         )
 
 
+def read_exemplar_file(path: Path) -> Any:
+    """The JSON of an exemplar file; FewshotError naming it when it is missing or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise FewshotError(f"{path}: exemplar file not found") from exc
+    except json.JSONDecodeError as exc:
+        raise FewshotError(f"{path}: not valid JSON ({exc})") from exc
+
+
 def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
     """The exemplars of one modality and stage, each `{"input": ..., "output": ...}`.
 
@@ -193,12 +203,7 @@ def load_exemplars(modality: str, stage: str) -> list[dict[str, Any]]:
     check_choice(modality, MODALITIES, "The 'modality' parameter of load_exemplars")
     check_choice(stage, STAGES, "The 'stage' parameter of load_exemplars")
     path = fewshot_dir() / modality / f"{stage}.json"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise FewshotError(f"{path}: exemplar file not found") from exc
-    except json.JSONDecodeError as exc:
-        raise FewshotError(f"{path}: not valid JSON ({exc})") from exc
+    doc = read_exemplar_file(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("exemplars"), list):
         raise FewshotError(f"{path}: expected an object with an 'exemplars' list")
     if doc.get("modality") != modality or doc.get("stage") != stage:
