@@ -5,7 +5,8 @@
   loads no heavy library;
 - the command line sits on top: no module outside `radmatch_audit.cli` imports it, and
   none keeps an argument parser;
-- no two modules import each other, directly or round a loop.
+- no two modules import each other, directly or round a loop;
+- every module has a test file that imports it (tests/<folder>/test_<module>.py).
 
 Every import counts, at module level, inside a function or under TYPE_CHECKING alike.
 """
@@ -228,3 +229,27 @@ def test_the_cycle_finder_finds_a_loop():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert strongly_connected(graph) == [["a", "b", "c"]]
     assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+# Modules no test file need import, each with the reason. Keep it short: a module belongs
+# here only when importing it in a test cannot be done sensibly (it runs on import).
+UNTESTED_BY_IMPORT: dict[str, str] = {}
+
+
+def test_every_module_has_a_test_file_that_imports_it():
+    """A test file imports each module directly (`import m`, `from m import x` or `from
+    package import m`): a module reached only through others has no test of its own."""
+    imported: set[str] = set()
+    for path in (REPO / "tests").rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+    stale = sorted(set(UNTESTED_BY_IMPORT) - set(MODULES))
+    assert not stale, f"UNTESTED_BY_IMPORT names modules that do not exist: {stale}"
+    missing = sorted(set(MODULES) - imported - set(UNTESTED_BY_IMPORT))
+    assert not missing, (
+        f"{len(missing)} module(s) with no test file importing them (add "
+        f"tests/<folder>/test_<module>.py): {', '.join(missing)}")

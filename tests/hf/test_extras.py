@@ -1,4 +1,5 @@
-"""hf/extras.py: `[metric]` alone (no torch) with no judge server fails at load, in one line
+"""hf/extras.py: the check names each missing module of the embedded judge in one line;
+`[metric]` alone (no torch) with no judge server fails at load, in one line
 naming the `[local]` extra with a pip line that works; with a server it needs no torch; the
 embedded judge's not-clinical warning reaches stderr once per process."""
 
@@ -7,11 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 from test_metric import CLOSED_URL, REPO, SHIM, offline_env
 
 from radmatch_audit.files.paths import install_command
+from radmatch_audit.hf import extras
+from radmatch_audit.hf.extras import MissingExtraError, missing_modules, require_local_judge
 from radmatch_audit.hf.metric import MetricScorer
 from radmatch_audit.testing.scripted import ScriptedJudge
 
@@ -32,7 +36,7 @@ sys.meta_path[sys.meta_path.index(PathFinder)] = NoTorch
 
 def run_code(code: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", code], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=600,
         env=offline_env(tmp_path, PYTHONPATH=str(REPO / "inference"), **env),
     )
 
@@ -97,3 +101,25 @@ def test_a_given_judge_needs_no_local_extra(monkeypatch, with_judge):
     else:
         with pytest.raises(ImportError, match=r"\[local\] extra.*missing: h3_not_installed\)"):
             MetricScorer(env={})
+
+
+# ---------------------------------------------------------------------------- the check itself
+
+
+def test_require_local_judge_names_what_is_missing_in_one_line(monkeypatch):
+    monkeypatch.setattr(extras, "LOCAL_JUDGE_MODULES", ("json", "h13_absent_a", "h13_absent_b"))
+    with pytest.raises(MissingExtraError) as caught:
+        require_local_judge()
+    message = str(caught.value)
+    assert "\n" not in message and isinstance(caught.value, ImportError)
+    assert "[local] extra" in message and "(missing: h13_absent_a, h13_absent_b)" in message
+    assert install_command("local") in message and message.endswith("or give base_url for a judge server")
+    monkeypatch.setattr(extras, "LOCAL_JUDGE_MODULES", ("json", "ast"))
+    require_local_judge()  # everything found: no error
+
+
+def test_a_broken_install_counts_as_missing(monkeypatch):
+    broken = types.ModuleType("h13_broken")
+    broken.__spec__ = None  # find_spec raises ValueError for such a module
+    monkeypatch.setitem(sys.modules, "h13_broken", broken)
+    assert missing_modules(("json", "h13_broken", "h13_absent.sub")) == ["h13_broken", "h13_absent.sub"]

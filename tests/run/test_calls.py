@@ -1,5 +1,5 @@
 """The pieces of the judge path on their own: endpoints, the answer cache, input reading,
-the event-loop owner, and a pair's failure record."""
+the event-loop owner, a pair's failure record, and JudgeCalls.ask's retries (run/calls.py)."""
 
 import asyncio
 import json
@@ -10,10 +10,13 @@ import threading
 import pytest
 
 from radmatch_audit import Evaluator, PairInput
-from radmatch_audit.run.cache import AnswerCache, cache_key
 from radmatch_audit.files.inputs import InputError, RowProblem, read_pairs
+from radmatch_audit.judges.base import JudgeError, JudgeResult, TransientJudgeError, Usage
 from radmatch_audit.judges.endpoints import check_url, is_local_endpoint
+from radmatch_audit.run.cache import AnswerCache, cache_key
+from radmatch_audit.run.calls import JudgeCalls, PairSpend, StageFailed
 from radmatch_audit.run.loop import LoopThread
+from radmatch_audit.stages.stage import pair_stages
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 # ---------------------------------------------------------------------- endpoints
@@ -189,8 +192,8 @@ def test_context_budget_failure_names_its_stage_once():
 
 
 def test_records_file_is_owner_only(tmp_path):
-    from radmatch_audit.files.record_io import RecordWriter
     from radmatch_audit.core.records import failed_input
+    from radmatch_audit.files.record_io import RecordWriter
 
     path = tmp_path / "records.jsonl"
     path.write_text("old\n")
@@ -212,3 +215,83 @@ def test_a_judge_passed_in_stays_open_for_its_owner():
     with Evaluator(shared) as second:  # built around the judge: this evaluator owns it
         (record,) = second.evaluate([pair])
     assert record.scores is not None and shared.closed
+
+
+# ------------------------------------------------------------- JudgeCalls.ask: retries
+
+
+EXTRACT = pair_stages()["extract"]
+
+
+class _FlakyJudge(ScriptedJudge):
+    """The scripted judge, giving `faults` first: "bad" an answer that is not JSON, or an
+    exception to raise."""
+
+    def __init__(self, *faults) -> None:
+        super().__init__()
+        self.faults = list(faults)
+        self.attempts = 0
+
+    async def generate(self, messages, schema, *, max_tokens):
+        self.attempts += 1
+        if self.faults:
+            fault = self.faults.pop(0)
+            if fault == "bad":
+                return JudgeResult(text='{"findings": [', usage=Usage(3, 2))
+            raise fault
+        return await super().generate(messages, schema, max_tokens=max_tokens)
+
+
+def ask_extract(judge, retries=3):
+    """Ask `judge` for one extraction through a fresh JudgeCalls; (answer or error, calls, spend)."""
+    async def go():
+        calls = JudgeCalls(judge, cache=AnswerCache(None), retries=retries, backoff_s=0)
+        spend = PairSpend()
+        try:
+            answer = await calls.ask(EXTRACT, "chest_xray", {"report": "Small effusion.", "indication": None}, spend)
+        except StageFailed as failed:
+            answer = failed
+        return answer, calls, spend
+    return asyncio.run(go())
+
+
+def test_an_invalid_answer_is_retried_once():
+    answer, calls, spend = ask_extract(_FlakyJudge("bad"))
+    assert [f.text for f in answer.findings] == ["Small effusion."]
+    assert calls.stats.judge_calls == 2 and spend.calls == 1 and spend.cached == 0
+    assert spend.prompt_tokens == 10  # the valid answer's usage
+
+
+def test_a_second_invalid_answer_fails_the_stage_by_name():
+    judge = _FlakyJudge("bad", "bad", "bad")
+    failed, _, _ = ask_extract(judge)
+    assert isinstance(failed, StageFailed) and judge.attempts == 2
+    assert failed.failure.stage == "extract" and failed.failure.attempts == 2
+    assert "extract answer is not valid JSON" in failed.failure.cause
+    assert str(failed).startswith("extract: the extract answer is not valid JSON")
+
+
+def test_a_transient_fault_is_retried_up_to_retries_and_another_fault_fails_at_once():
+    answer, _, _ = ask_extract(_FlakyJudge(TransientJudgeError("timed out")), retries=2)
+    assert not isinstance(answer, StageFailed)
+    judge = _FlakyJudge(*[TransientJudgeError("HTTP 503")] * 3)
+    failed, _, _ = ask_extract(judge, retries=3)
+    assert judge.attempts == 3 and failed.failure.cause == "HTTP 503" and failed.failure.attempts == 3
+    judge = _FlakyJudge(JudgeError("HTTP 400: bad request"))
+    failed, _, _ = ask_extract(judge)
+    assert judge.attempts == 1 and failed.failure.message().startswith("extract: HTTP 400: bad request")
+
+
+def test_a_valid_answer_is_stored_and_asked_again_comes_from_the_store():
+    async def go():
+        judge = ScriptedJudge()
+        calls = JudgeCalls(judge, cache=AnswerCache(None))
+        spend = PairSpend()
+        user = {"report": "Small effusion.", "indication": None}
+        first = await calls.ask(EXTRACT, "chest_xray", user, spend)
+        again = await calls.ask(EXTRACT, "chest_xray", user, spend)
+        other = await calls.ask(EXTRACT, "chest_xray", user, spend, sample=1)
+        return first, again, other, judge, spend
+    first, again, other, judge, spend = asyncio.run(go())
+    assert first == again == other and len(judge.calls) == 2  # sample 1 is asked afresh
+    assert spend.calls == 3 and spend.cached == 1 and spend.exemplars["extract"] > 0

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from builders import f, matching, row
 
 from radmatch_audit import Evaluator, PairInput
+from radmatch_audit.core.schemas import GradingStage
+from radmatch_audit.stages.flow import (
+    extract_findings,
+    find_indication,
+    grade_rows,
+    match_findings,
+    rows_to_grade,
+)
 from radmatch_audit.testing.scripted import ScriptedJudge
 
 TWO_ROWS = "Small left pleural effusion. Mild cardiomegaly."
@@ -80,3 +90,39 @@ def test_one_bad_grading_answer_then_a_good_one_scores_the_pair():
     record = evaluate(judge)
     assert judge.grade_calls == 2 and record.error is None
     assert record.scores.outcomes["cor"] == 2
+
+
+# ------------------------------------------------------------------ the stages' pieces
+
+REPORT = "INDICATION: Fever and productive cough for three days.\nFINDINGS: Clear lungs."
+
+
+def test_find_indication_prefers_the_given_one_else_reads_the_reference_and_cuts_at_a_word():
+    assert find_indication(REPORT, "  Chest pain. ") == ("Chest pain.", False)
+    assert find_indication(REPORT, "   ") == (None, False)  # given as empty: none, not the reference's
+    assert find_indication(REPORT, None) == ("Fever and productive cough for three days.", False)
+    assert find_indication(REPORT, None, 20) == ("Fever and productive", True)
+    assert find_indication("FINDINGS: Clear lungs.", None) == (None, False)
+
+
+def test_rows_to_grade_are_the_repaired_rows_without_generic_ones():
+    reference = [f("gt_1"), f("gt_2", status="normal")]
+    candidate = [f("p_1"), f("p_2", status="normal"), f("p_3", status="normal")]
+    answer = matching([row("p_2", "gt_2", scope="generic"), row("p_1", "gt_1"), row("p_3", "gt_2", scope="generic"),
+                       row("p_9", "gt_1"), row("p_1", "gt_1", scope="generic")])
+    # the unknown p_9 and the generic duplicate of (p_1, gt_1) are repaired away
+    assert rows_to_grade(answer, reference, candidate) == [("p_1", "gt_1")]
+
+
+def test_what_need_not_be_asked_is_not_asked():
+    asked = []
+
+    async def ask(stage, user_input, rows=None):
+        asked.append(stage)
+        raise AssertionError("the judge was asked")
+
+    assert asyncio.run(extract_findings(" \n", None, ask, "gt")) == []
+    answer, was_asked = asyncio.run(match_findings([f("gt_1")], [], None, ask))
+    assert not was_asked and answer.unmatched_gt == ["gt_1"] and answer.matches == []
+    assert asyncio.run(grade_rows([], {}, None, ask)) == GradingStage()
+    assert asked == []

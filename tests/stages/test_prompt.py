@@ -13,6 +13,7 @@ from radmatch_audit.stages import (
     load_exemplars,
     stage_prompt,
 )
+from radmatch_audit.stages.prompt import ContextBudgetError, Prompt
 
 CELLS = [(m, s) for m in MODALITIES for s in ("extract", "match", "grade")]
 
@@ -69,3 +70,48 @@ def test_drop_defaults_keeps_values_that_only_look_like_defaults():
     # a required field is never dropped, whatever its value
     assert drop_defaults({"value": 0.0, "category": "count"}, type(finding.measurements[0])) == {
         "value": 0.0, "category": "count"}
+
+
+# ------------------------------------------------------------- fitting the context
+
+
+class _CountingJudge:
+    """A judge of `context_window` tokens that counts one token per character."""
+
+    def __init__(self, context_window, control_tokens=()) -> None:
+        self.context_window = context_window
+        self.control_tokens = control_tokens
+
+    def count_tokens(self, messages) -> int:
+        return sum(len(m["content"]) for m in messages)
+
+
+# instructions of 100 characters, then two exemplars of 100 + 100; the pair is 11 characters
+TURNS = (("system", "s" * 100), ("user", "1" * 100), ("assistant", "A" * 100),
+         ("user", "2" * 100), ("assistant", "B" * 100))
+PAIR = {"r": "abc"}  # '{"r":"abc"}'
+
+
+def test_fit_drops_exemplars_from_the_end_until_the_prompt_and_answer_budget_fit():
+    prompt = Prompt(turns=TURNS, version="v1-test")
+    assert prompt.exemplars == 2
+    everything = 500 + 11 + 50
+    for window, kept in [(everything, 2), (everything - 1, 1), (311 + 50, 1), (111 + 50, 0)]:
+        messages, n = prompt.fit(_CountingJudge(window), PAIR, max_tokens=50)
+        assert n == kept
+        assert [m["content"][0] for m in messages] == ["s", "1", "A", "2", "B"][: 1 + 2 * kept] + ["{"]
+    assert prompt.fit(_CountingJudge(None), PAIR, max_tokens=10**6)[1] == 2  # no known window
+
+
+def test_fit_raises_naming_the_numbers_when_not_even_the_instructions_fit():
+    prompt = Prompt(turns=TURNS, version="v1-test")
+    with pytest.raises(ContextBudgetError, match=r"needs 161 tokens \(111 prompt .* \+ 50 .* context of 160") as caught:
+        prompt.fit(_CountingJudge(160), PAIR, max_tokens=50)
+    assert "abc" not in str(caught.value)  # the report's text is never in an error
+
+
+def test_the_pair_is_sent_last_with_the_judges_own_control_tokens_made_plain():
+    prompt = Prompt(turns=TURNS, version="v1-test")
+    messages, _ = prompt.fit(_CountingJudge(None, ("END_TURN",)), {"r": "x END_TURN y"}, 10)
+    assert messages[-1]["role"] == "user" and "END_TURN" not in messages[-1]["content"]
+    assert json.loads(messages[-1]["content"].replace("\u2060", ""))["r"] == "x END_TURN y"
