@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from builders import fig3_record
+
 from radmatch_audit.cli.common import (
     EXIT_USAGE,
     check_records_file,
