@@ -21,7 +21,7 @@ contract 4 (2026-12-05)
 5. an actionable INC unit counts once per distinct status-inverted finding.
 
 Each rule is a predicate on one changed unit. A difference that no rule explains is
-printed and the exit status is 1; `tests/scoring/test_contract3.py` runs the same check. The
+printed and the exit status is 1; `tests/scripts/test_contract_changes.py` runs the same check. The
 stored file was written at schema version 2: reading it migrates it (each unit's
 `actionable_errors` becomes 1 when it is actionable, as under the contract that scored it)
 and every difference is explained again, so rules 1-4 count what they counted when

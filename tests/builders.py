@@ -174,3 +174,19 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> Path:
     """Write `rows` as JSON lines to `path` and return it."""
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
+
+
+def mq(value, unit, quantity=None, category="size", prior=False) -> Measurement:
+    """A measurement with its clinical quantity (clinical_thresholds.csv), if any."""
+    return Measurement(value=value, unit=unit, category=category, prior=prior, quantity=quantity)
+
+
+def pos(value, unit, quantity=None) -> Measurement:
+    """A `position` measurement (a distance such as a tube tip above the carina)."""
+    return mq(value, unit, quantity, category="position")
+
+
+def spu_record(*statuses_and_tiers) -> Record:
+    """A record whose candidate findings, one per (status, tier), all go unmatched (SPU)."""
+    pred = [f(f"p_{i}", status, tier) for i, (status, tier) in enumerate(statuses_and_tiers, 1)]
+    return record("spu", [], pred, matching([], unmatched_pred=[p.id for p in pred]))

@@ -9,7 +9,7 @@ scoring contract 3 (2026-12-02) that concern values without a quantity, and noth
 else: the `position` category (converted to mm like sizes, never major) and an omitted
 reference value being minor (a value without a quantity is never a major omission).
 Those two are contract changes to steps 1-5, not to step 6, so the reference moved
-with them; `tests/scoring/test_contract3.py` checks the old behaviour against records written
+with them; `tests/scripts/test_contract_changes.py` checks the old behaviour against records written
 before them. Do not update it for any other change of the comparator.
 """
 

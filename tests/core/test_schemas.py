@@ -6,6 +6,8 @@ import re
 import pytest
 from pydantic import ValidationError
 
+from builders import f, matching, pos, record, row
+from radmatch_audit.read.recompute import score_record
 from radmatch_audit.core.schemas import (
     ANSWER_MODELS,
     CANONICAL_LIMITS,
@@ -145,3 +147,24 @@ def test_ids_must_look_like_pipeline_ids():
     ok["matches"][0]["pred_id"] = "finding one"
     with pytest.raises(ValidationError):
         model.model_validate(ok)
+
+
+@pytest.mark.parametrize("limits", [CANONICAL_LIMITS, SERVER_LIMITS, SMALL_MODEL_LIMITS])
+def test_every_answer_profile_admits_position(limits):
+    extract = answer_models(limits).extract
+    schema = json.dumps(extract.model_json_schema())
+    assert '"position"' in schema  # what the server and small-model grammars are built from
+    finding = {"text": "Endotracheal tube tip 5 cm above the carina.", "clinical_status": "abnormal",
+               "clinical_significance": "routine", "comparison": None, "evidence": ["ETT"],
+               "measurements": [{"value": 5, "unit": "cm", "category": "position"}]}
+    assert extract.model_validate({"findings": [finding]})
+
+
+def test_records_store_and_read_position_values():
+    rec = score_record(record("p", [f("gt_1", measurements=[pos(5, "cm")])],
+                              [f("p_1", measurements=[pos(3, "cm")])], matching([row("p_1", "gt_1")])))
+    from radmatch_audit.files.record_io import parse_record
+
+    again = parse_record(rec.to_json())
+    assert again.stages.candidate_findings[0].measurements[0].category == "position"
+    assert again.scores == rec.scores

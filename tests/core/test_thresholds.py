@@ -18,7 +18,7 @@ from radmatch_audit.files.record_io import parse_record
 from radmatch_audit.core.schemas import Measurement
 from radmatch_audit.scoring.comparators import measurement_errors
 from radmatch_audit.testing.synthetic import PROFILES
-from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS, TABLE_FILE
+from radmatch_audit.core.thresholds import CLINICAL_THRESHOLDS, TABLE_FILE, parse_table
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -386,3 +386,12 @@ def test_dashboard_pair_view_shows_the_threshold_reasoning(tmp_path):
     )
     measured = [m_ for fnd in pair["detail"]["findings"] for m_ in fnd["measurements"]]
     assert {m_["quantity"] for m_ in measured} == {"ascending_aorta_diameter"}
+
+
+def test_the_table_needs_one_known_side_per_threshold():
+    head = "quantity,category,unit,thresholds,sides,meaning\n"
+    table = parse_table(head + "x,size,mm,8 6,> >=,a; b\n")
+    assert table["x"].thresholds == (6.0, 8.0) and table["x"].sides == (">=", ">")  # kept aligned
+    for sides in (">=", "> > >", "=> >", ">= <"):
+        with pytest.raises(ValueError, match=r"clinical_thresholds.csv line 2: give one side"):
+            parse_table(head + f"x,size,mm,6 8,{sides},a\n")

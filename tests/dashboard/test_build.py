@@ -26,6 +26,8 @@ from radmatch_audit.scoring.results import vocabularies
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import dashboard_fixtures as fx
+from builders import f, matching, mq, record, row, spu_record
+from radmatch_audit.read.recompute import score_record
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
@@ -873,3 +875,27 @@ def test_pair_view_shows_the_adjudication_beside_each_units_tier(browser, adjudi
         assert f"adjudication {said}" in browser.find_element("id", "pair-significant").text
         if pair_id != "rexval-fig3-a":
             assert browser.find_element("id", "adjudication").get_attribute("data-state") == said
+
+
+def test_the_dashboard_names_an_unaddressed_negative_and_a_threshold_side(tmp_path):
+    import dashboard_fixtures as fx
+    from radmatch_audit.dashboard import build_dashboard
+
+    negative = score_record(spu_record(("normal", "urgent"), ("abnormal", "urgent")))
+    gt = [f("gt_1", sig="notable", measurements=[mq(6, "mm", "solid_nodule_diameter")])]
+    pred = [f("p_1", sig="notable", measurements=[mq(5, "mm", "solid_nodule_diameter")])]
+    nodule = score_record(record("nodule", gt, pred, matching([row("p_1", "gt_1")])))
+    src = fx.write_records(tmp_path / "records.jsonl", [negative, nodule])
+    out = tmp_path / "report.html"
+    build_dashboard(src, out)
+    html = out.read_text("utf-8")
+    page = re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.DOTALL)
+    pairs = {p["id"]: p for p in json.loads(page.group(1))["pairs"]}
+    units = pairs["spu"]["detail"]["units"]
+    assert [(u["unaddressed_negative"], u["actionable"]) for u in units] == [
+        (True, False),
+        (False, True),
+    ]
+    assert "unaddressed negative, not an error" in html  # the label the page renders
+    (unit,) = pairs["nodule"]["detail"]["units"]
+    assert "solid_nodule_diameter crosses >= 6 mm" in unit["errors"][0]["reasoning"]

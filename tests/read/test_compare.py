@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from builders import adjudicated, f, matching, record, version3_line
+from builders import adjudicated, f, matching, record, spu_record, version3_line
 from radmatch_audit.read.compare import (
     compare_records,
     format_comparison,
@@ -332,3 +332,11 @@ def test_scipys_exact_sign_flip_p_equals_the_enumeration(n_pairs, n_studies):
     p, method = sign_flip_p_values(diffs, clusters)
     assert method == "exact"
     assert p.tolist() == enumerated_sign_flip_p(diffs, clusters).tolist()
+
+
+def test_compare_counts_an_unaddressed_negative_in_no_actionable_tier():
+    from radmatch_audit.read.compare import TOTAL, tier_errors
+
+    counts = tier_errors(score_record(spu_record(("normal", "urgent"), ("abnormal", "notable"),
+                                                 ("normal", "routine"))))
+    assert (counts["urgent"], counts["notable"], counts["routine"], counts[TOTAL]) == (0, 1, 1, 1)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from builders import f, m
+from builders import f, m, mq, pos
 from radmatch_audit.scoring.comparators import (
     comparison_error,
     is_major,
@@ -166,3 +166,123 @@ def test_pairing_tie_break_prefers_fewer_major_errors():
 def test_pooled_measurement_errors_have_no_row_ids():
     (err,) = measurement_errors([m(10, "mm")], [])
     assert err.pred_id is None and err.gt_id is None and "omitted" in err.reasoning
+
+
+def found(ref, cand):
+    """[(severity, reasoning)] of the measurement errors, sorted."""
+    return sorted((e.severity, e.reasoning) for e in measurement_errors(ref, cand))
+
+
+def test_position_values_convert_to_mm_like_sizes():
+    ref, cand = normalise([pos(5, "cm"), pos(3, "centimeters")], [pos(40, "mm"), pos(0.02, "m")])
+    assert [(v.value, v.unit) for v in ref] == [(50.0, "mm"), (30.0, "mm")]
+    assert [(v.value, v.unit) for v in cand] == [(40.0, "mm"), (20.0, "mm")]
+    assert measurement_errors([pos(5, "cm")], [pos(50, "mm")]) == []
+    assert measurement_errors([pos(5, None)], [pos(5, "mm")]) == []  # null is mm, like a size
+
+
+@pytest.mark.parametrize(
+    "ref, cand, expected",
+    [
+        # the review's two tube positions: 5 cm against 3 cm above the carina, both acceptable
+        ([pos(5, "cm")], [pos(3, "cm")], [("minor", "position 50 mm -> 30 mm")]),
+        # 1 cm against 1.5 cm beyond the carina: a malposition both agree on
+        ([pos(1, "cm")], [pos(15, "mm")], [("minor", "position 10 mm -> 15 mm")]),
+        ([pos(0, "cm")], [pos(4, "cm")], [("minor", "position 0 mm -> 40 mm")]),  # a == 0
+        ([pos(4.2, "cm")], [pos(4.2, "cm")], []),
+        # an unconvertible unit pairs per unit, and any difference is minor there too
+        ([pos(2, "in")], [pos(3, "in")], [("minor", "position 2 in -> 3 in")]),
+        ([pos(2, "in")], [pos(50, "mm")], [("minor", "position 2 in omitted"),
+                                           ("minor", "position 50 mm added")]),
+        # its own family: never paired with a size
+        ([pos(5, "cm")], [mq(50, "mm")], [("minor", "position 50 mm omitted"),
+                                          ("minor", "size 50 mm added")]),
+    ],
+)
+def test_position_differences_are_minor(ref, cand, expected):
+    assert found(ref, cand) == expected
+
+
+def test_the_same_values_as_other_or_size_were_or_are_major():
+    # what `position` replaces: a tip distance as `other` was major at 5 vs 3 cm
+    assert found([mq(5, "cm", category="other")], [mq(3, "cm", category="other")])[0][0] == "major"
+    assert found([mq(5, "cm")], [mq(3, "cm")])[0][0] == "major"  # and as a size
+
+
+def test_an_omitted_position_value_is_minor_even_with_a_quantity():
+    # no quantity is a position; a mislabelled one does not make the omission major
+    assert found([pos(5, "cm", "mediastinal_width")], []) == [
+        ("minor", "position 50 mm omitted")
+    ]
+
+
+def test_an_omitted_value_is_major_only_with_a_quantity():
+    assert found([mq(12, "mm")], []) == [("minor", "size 12 mm omitted")]
+    assert found([mq(5.6, "cm", "ascending_aorta_diameter")], []) == [
+        ("major", "size 56 mm omitted: ascending_aorta_diameter")
+    ]
+    ratio = mq(0.55, None, "cardiothoracic_ratio", "ratio")
+    assert found([ratio], []) == [("major", "ratio 0.55 omitted: cardiothoracic_ratio")]
+
+
+def test_an_added_value_is_minor_with_or_without_a_quantity():
+    assert found([], [mq(12, "mm")]) == [("minor", "size 12 mm added")]
+    assert found([], [mq(56, "mm", "ascending_aorta_diameter")]) == [("minor", "size 56 mm added")]
+
+
+def test_only_the_value_left_over_is_judged_by_its_quantity():
+    # three nodules against the same three listed as one: the two left over are minor
+    ref = [mq(4, "mm"), mq(5, "mm"), mq(6, "mm")]
+    assert found(ref, [mq(5, "mm")]) == [("minor", "size 4 mm omitted"), ("minor", "size 6 mm omitted")]
+    # a prior value is never omitted, quantity or not
+    assert found([mq(56, "mm", "ascending_aorta_diameter", prior=True)], []) == []
+
+
+@pytest.mark.parametrize(
+    "ref, cand, severity, crossed",
+    [
+        # a 6 mm nodule is in Fleischner's 6-8 mm group (>= 6); 8 mm is still in it (> 8)
+        (mq(6, "mm", "solid_nodule_diameter"), mq(5.5, "mm", "solid_nodule_diameter"),
+         "major", ">= 6 mm"),
+        (mq(6, "mm", "solid_nodule_diameter"), mq(6.5, "mm", "solid_nodule_diameter"), "minor", None),
+        (mq(0.6, "cm", "solid_nodule_diameter"), mq(6.5, "mm", "solid_nodule_diameter"),
+         "minor", None),
+        (mq(8, "mm", "solid_nodule_diameter"), mq(7, "mm", "solid_nodule_diameter"), "minor", None),
+        (mq(8, "mm", "solid_nodule_diameter"), mq(8.5, "mm", "solid_nodule_diameter"),
+         "major", "> 8 mm"),
+        # a 10 mm node is enlarged
+        (mq(10, "mm", "lymph_node_short_axis"), mq(9.5, "mm", "lymph_node_short_axis"),
+         "major", ">= 10 mm"),
+        (mq(1.0, "cm", "lymph_node_short_axis"), mq(1.2, "cm", "lymph_node_short_axis"),
+         "minor", None),
+        # a 3.0 cm abdominal aorta is aneurysmal
+        (mq(3.0, "cm", "abdominal_aorta_diameter"), mq(2.9, "cm", "abdominal_aorta_diameter"),
+         "major", ">= 30 mm"),
+        (mq(3.0, "cm", "abdominal_aorta_diameter"), mq(32, "mm", "abdominal_aorta_diameter"),
+         "minor", None),
+        (mq(5.5, "cm", "abdominal_aorta_diameter"), mq(54, "mm", "abdominal_aorta_diameter"),
+         "major", ">= 55 mm"),
+        # a cardiothoracic ratio of 0.50 is not cardiomegaly (> 0.50), as a fraction or percent
+        (mq(0.50, None, "cardiothoracic_ratio", "ratio"), mq(0.49, None, "cardiothoracic_ratio", "ratio"),
+         "minor", None),
+        (mq(0.50, None, "cardiothoracic_ratio", "ratio"), mq(0.51, None, "cardiothoracic_ratio", "ratio"),
+         "major", "> 0.5"),
+        (mq(50, "%", "cardiothoracic_ratio", "ratio"), mq(49, "percent", "cardiothoracic_ratio", "ratio"),
+         "minor", None),
+        (mq(50, "pct", "cardiothoracic_ratio", "ratio"), mq(51, "%", "cardiothoracic_ratio", "ratio"),
+         "major", "> 0.5"),
+        (mq(50, "%", "cardiothoracic_ratio", "ratio"), mq(0.51, None, "cardiothoracic_ratio", "ratio"),
+         "major", "> 0.5"),
+        # 80 mm is not a widened mediastinum (> 80); 29 mm pulmonary artery is (>= 29)
+        (mq(8.0, "cm", "mediastinal_width"), mq(79, "mm", "mediastinal_width"), "minor", None),
+        (mq(2.9, "cm", "pulmonary_artery_diameter"), mq(28.5, "mm", "pulmonary_artery_diameter"),
+         "major", ">= 29 mm"),
+    ],
+)
+def test_values_exactly_at_a_threshold_lie_on_its_side(ref, cand, severity, crossed):
+    ((sev, reasoning),) = found([ref], [cand])
+    assert sev == severity
+    if crossed is None:
+        assert " crosses " not in reasoning
+    else:
+        assert f"{ref.quantity} crosses {crossed} (" in reasoning

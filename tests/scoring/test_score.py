@@ -2,7 +2,7 @@
 
 import pytest
 
-from builders import f, fig3_record, grading, m, matching, row
+from builders import f, fig3_record, grading, m, matching, mq, pos, record, row, spu_record
 from radmatch_audit.read.recompute import score_record
 from radmatch_audit.core.schemas import GradingStage
 from radmatch_audit.scoring import score_pair
@@ -314,3 +314,72 @@ def test_record_without_stages_and_without_error_is_rejected():
     rec.stages.matching = None
     with pytest.raises(ValueError, match="stage matching is missing"):
         score_record(rec)
+
+
+TIERS = ("critical", "urgent", "notable", "routine")
+
+
+ACTIONABLE = ("critical", "urgent", "notable")
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_spu_of_a_normal_finding_is_never_actionable(tier):
+    scores = score_record(spu_record(("normal", tier))).scores
+    (unit,) = scores.units
+    assert (unit.kind, unit.outcome, unit.actionable) == ("spu", "SPU", False)
+    assert scores.actionable_errors == 0
+    # it stays an SPU: outcome counts and safety precision keep it
+    assert scores.outcomes["spu"] == 1
+    assert scores.safety["all"].precision_den == 1 and scores.safety["all"].precision_num == 0
+    if tier in ACTIONABLE:
+        assert scores.safety["actionable"].precision_den == 1
+    assert scores.subsets["normal"]["spu"] == 1 and scores.subsets["normal"]["actionable_errors"] == 0
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_spu_of_an_abnormal_finding_is_actionable_at_an_actionable_tier(tier):
+    scores = score_record(spu_record(("abnormal", tier))).scores
+    (unit,) = scores.units
+    assert unit.actionable is (tier in ACTIONABLE)
+    assert scores.actionable_errors == (tier in ACTIONABLE)
+    assert scores.subsets["abnormal"]["actionable_errors"] == (tier in ACTIONABLE)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_mixed_spu_units_count_only_the_abnormal_one(tier):
+    scores = score_record(spu_record(("normal", tier), ("abnormal", tier))).scores
+    assert [u.actionable for u in scores.units] == [False, tier in ACTIONABLE]
+    assert scores.actionable_errors == (tier in ACTIONABLE)
+    assert scores.outcomes["spu"] == 2
+    assert scores.subsets["normal"]["actionable_errors"] == 0
+    assert scores.subsets["abnormal"]["actionable_errors"] == (tier in ACTIONABLE)
+
+
+def test_the_exception_is_for_spu_only():
+    # a missed normal finding and an incorrect all-normal unit stay actionable errors
+    gt = [f("gt_1", "normal", "urgent"), f("gt_2", "normal", "urgent", comparison="stable")]
+    pred = [f("p_1", "normal", "urgent", comparison="new")]
+    scores = score_record(record("x", gt, pred, matching([row("p_1", "gt_2")]))).scores
+    assert sorted((u.outcome, u.actionable) for u in scores.units) == [
+        ("INC", True),
+        ("MIS", True),
+    ]
+    assert scores.actionable_errors == 2
+
+
+def test_a_position_difference_alone_makes_the_unit_partial_not_incorrect():
+    gt = [f("gt_1", sig="critical", measurements=[pos(1, "cm")])]
+    pred = [f("p_1", sig="critical", measurements=[pos(1.5, "cm")])]
+    scores = score_record(record("ett", gt, pred, matching([row("p_1", "gt_1")]))).scores
+    (unit,) = scores.units
+    assert (unit.outcome, unit.actionable, scores.actionable_errors) == ("PAR", False, 0)
+
+
+@pytest.mark.parametrize("quantity, outcome", [(None, "PAR"), ("lymph_node_short_axis", "INC")])
+def test_omitted_value_sets_the_outcome_by_its_quantity(quantity, outcome):
+    # "moderate pneumothorax" against the same with "lung edge 3 cm from the apex"
+    gt = [f("gt_1", sig="critical", measurements=[mq(3, "cm", quantity)])]
+    pred = [f("p_1", sig="critical")]
+    scores = score_record(record("o", gt, pred, matching([row("p_1", "gt_1")]))).scores
+    assert scores.units[0].outcome == outcome
+    assert scores.actionable_errors == (outcome == "INC")

@@ -1,8 +1,6 @@
-"""Issue 36, "Reliability and security, round 3": records files and inputs (items 1, 2, 4,
-5, 6, 13, 15 and 17; items 12 and 16 are in tests/read/test_compare.py and tests/agreement/test_agreement.py).
-
-Every test uses real files, real processes or a real lock and the loopback fake server
-(radmatch_audit.testing.fake_server). Each test names the issue item it covers.
+"""Records files under --resume and --force: a file that holds no records, a bad first
+line, a second run on the same file, a held lock, a malformed or newer record, a
+symbolic link.
 """
 
 from __future__ import annotations
@@ -11,42 +9,33 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from reliability_helpers import (
+    MALFORMED,
+    cli_command,
+    cli_env,
+    evaluate_cli,
+    malformed_line,
+    one_error_line,
+    scored_records,
+    synthetic_pairs,
+    wait_for_output,
+    write_jsonl,
+    write_records,
+)
 
 from radmatch_audit.cli import main
-from radmatch_audit.files.record_io import BadLine, RecordWriter, iter_lines, read_records
 from radmatch_audit.core.records import Record
+from radmatch_audit.files.record_io import BadLine, RecordWriter, iter_lines, read_records
 from radmatch_audit.testing.fake_server import StubServer
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_reliability import cli_command, cli_env, synthetic_pairs, write_jsonl
-from test_reliability2 import evaluate_cli, evaluator, pair_inputs, write_records
 
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory) -> list[Record]:
     """Records of 4 pairs in 2 studies, scored through the fake server."""
-    tmp = tmp_path_factory.mktemp("scored")
-    with StubServer() as server, evaluator(server, tmp) as ev:
-        records = ev.evaluate(pair_inputs(2, 2))
-    assert all(r.scores is not None for r in records)
-    return records
-
-
-def one_error_line(err: str) -> str:
-    """The command's error line, after asserting it is the only line and no traceback."""
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("radmatch-audit: error: ")
-    return lines[0]
-
-
-# ---------------------------------------------------------------------- 1 --resume on no records
+    return scored_records(tmp_path_factory, 2, 2)
 
 
 @pytest.mark.parametrize("kind", ["input pairs", "csv", "text"])
@@ -84,17 +73,6 @@ def test_resume_still_continues_a_records_file_with_a_bad_first_line(tmp_path, s
     assert sorted(r.pair_id for r in read_records(out)) == sorted(r.pair_id for r in scored)
 
 
-# ---------------------------------------------------------------------- 2 one run per records file
-
-
-def _wait_for_output(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the first run never opened its records file"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("second", [("--force",), ("--resume",)])
 def test_a_second_run_on_the_same_records_file_is_refused_and_the_first_completes(tmp_path, capsys, second):
     """Item 2: while one `evaluate` writes OUT, a second one on OUT (with --force or
@@ -105,7 +83,7 @@ def test_a_second_run_on_the_same_records_file_is_refused_and_the_first_complete
         first = subprocess.Popen(cli_command(src, out, "--no-cache"), env=cli_env(server.base_url),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            _wait_for_output(out, first)
+            wait_for_output(out, first)
             assert evaluate_cli(server, src, out, tmp_path, *second) == 2
             line = one_error_line(capsys.readouterr().err)
             _, err = first.communicate(timeout=120)
@@ -138,30 +116,11 @@ def test_a_held_records_file_is_never_truncated_or_rewritten(tmp_path, scored, r
     assert lock_problem(out) is None
 
 
-# ---------------------------------------------------------------------- 4 malformed older records
-
-
-def _malformed(record: Record, change: str) -> str:
-    data = json.loads(record.to_json()) | {"schema_version": 2}
-    if change == "samples 5":
-        data.update(samples=5)
-    elif change == "samples true":
-        data.update(samples=True)
-    elif change == "record_type list":
-        data.update(record_type=["baseline"])
-    else:
-        data.update(record_type={"kind": "baseline"})
-    return json.dumps(data)
-
-
-MALFORMED = ["samples 5", "samples true", "record_type list", "record_type object"]
-
-
 @pytest.mark.parametrize("change", MALFORMED)
 def test_a_malformed_older_record_is_a_named_bad_line_everywhere(tmp_path, scored, capsys, change):
     """Item 4: a malformed record of an older version (`samples` a number or true, a list
     or object as `record_type`) is named and skipped by every reader, never a TypeError."""
-    path = write_records(tmp_path / "records.jsonl", scored[:2], _malformed(scored[2], change))
+    path = write_records(tmp_path / "records.jsonl", scored[:2], malformed_line(scored[2], change))
     items = [item for _, item in iter_lines(path)]
     assert [type(item) for item in items] == [Record, Record, BadLine]
     assert items[2].line_no == 3 and change.split()[0] in items[2].message
@@ -182,14 +141,11 @@ def test_resume_past_a_malformed_older_record_evaluates_its_pair_again(tmp_path,
     """Item 4: `evaluate --resume` drops the malformed line like any bad line and goes on."""
     rows = synthetic_pairs(2, 2)
     src, out = write_jsonl(tmp_path / "pairs.jsonl", rows), tmp_path / "records.jsonl"
-    write_records(out, scored[:2], _malformed(scored[2], "samples 5"))
+    write_records(out, scored[:2], malformed_line(scored[2], "samples 5"))
     with StubServer() as server:
         assert evaluate_cli(server, src, out, tmp_path, "--resume") == 0
     assert "Traceback" not in capsys.readouterr().err
     assert sorted(r.pair_id for r in read_records(out)) == sorted(r["pair_id"] for r in rows)
-
-
-# ---------------------------------------------------------------------- 5 a symbolic link as -o
 
 
 def test_resume_through_a_symbolic_link_rewrites_its_target_and_keeps_the_link(tmp_path, capsys):
@@ -214,39 +170,6 @@ def test_resume_through_a_symbolic_link_rewrites_its_target_and_keeps_the_link(t
     assert target.stat().st_mode & 0o777 == 0o600
 
 
-# ---------------------------------------------------------------------- 6 a dataset folder as input
-
-
-def saved_dataset(folder: Path, rows: list[dict]) -> Path:
-    datasets = pytest.importorskip("datasets")
-    datasets.Dataset.from_list(rows).save_to_disk(str(folder))
-    return folder
-
-
-@pytest.mark.parametrize("command", ["evaluate", "baseline"])
-def test_an_output_inside_the_input_dataset_folder_is_refused(tmp_path, capsys, command):
-    """Item 6: `-o` inside a dataset folder given as input (its own data file, with
-    --force, or a new file there) is refused, for evaluate and baseline."""
-    ds = saved_dataset(tmp_path / "ds", synthetic_pairs(1, 2))
-    data = next(ds.glob("*.arrow"))
-    before = data.read_bytes()
-    capsys.readouterr()  # the progress bar of saving it
-    with StubServer() as server:
-        for out in (data, ds / "records.jsonl", tmp_path / "ds" / ".." / "ds" / "r.jsonl"):
-            args = [command, str(ds), "-o", str(out), "--force", "--base-url", server.base_url,
-                    "--model", "stub-judge", "--cache-dir", str(tmp_path / "cache")]
-            args += ["--method", "count"] if command == "baseline" else ["-q"]
-            assert main(args) == 2
-            line = one_error_line(capsys.readouterr().err)
-            assert "inside the input folder" in line
-        assert server.chat_requests() == []
-    assert data.read_bytes() == before
-    assert not (ds / "records.jsonl").exists() and not (ds / "r.jsonl").exists()
-
-
-# ---------------------------------------------------------------------- 13 newer records on --resume
-
-
 def test_resume_refuses_a_file_with_a_record_of_a_newer_version_and_keeps_it(tmp_path, scored, capsys):
     """Item 13: --resume never drops a record of a newer schema version: it is refused,
     naming the file, the line and the version, and the file keeps every byte."""
@@ -260,44 +183,3 @@ def test_resume_refuses_a_file_with_a_record_of_a_newer_version_and_keeps_it(tmp
     line = one_error_line(capsys.readouterr().err)
     assert f"{out}: line 2" in line and "schema_version 99" in line and "newer" in line
     assert out.read_bytes() == before
-
-
-# ---------------------------------------------------------------------- 15 position ids
-
-
-@pytest.mark.parametrize("command", ["evaluate", "baseline"])
-def test_a_position_id_that_a_row_gives_is_refused_naming_both_rows(tmp_path, capsys, command):
-    """Item 15: a row without pair_id takes its position as its id; when another row gives
-    that id, the run is refused naming the row without an id and the row that gives it."""
-    rows = synthetic_pairs(2, 2)
-    rows[2].pop("pair_id")  # position 2: its id is "2"
-    rows[3]["pair_id"] = "2"
-    src = tmp_path / "pairs.jsonl"
-    src.write_text("\n".join(json.dumps(row) for row in rows[:2]) + "\n\n"  # line 3 is blank
-                   + "\n".join(json.dumps(row) for row in rows[2:]) + "\n", encoding="utf-8")
-    out = tmp_path / "records.jsonl"
-    with StubServer() as server:
-        args = [command, str(src), "-o", str(out), "--base-url", server.base_url, "--model", "stub-judge",
-                "--cache-dir", str(tmp_path / "cache")]
-        assert main(args + (["--method", "count"] if command == "baseline" else ["-q"])) == 2
-        assert server.chat_requests() == []
-    line = one_error_line(capsys.readouterr().err)
-    assert "line 4 has no pair_id and takes its position, '2'" in line
-    assert "line 5 gives" in line
-    assert not out.exists()
-
-
-# ---------------------------------------------------------------------- 17 no `datasets` installed
-
-
-@pytest.mark.parametrize("command", ["evaluate", "baseline"])
-def test_a_dataset_folder_without_datasets_installed_is_one_error_line(tmp_path, capsys, monkeypatch, command):
-    """Item 17: a folder input when `datasets` cannot be imported: exit 2, one line with
-    the install hint, no traceback."""
-    (tmp_path / "ds").mkdir()
-    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
-    args = [command, str(tmp_path / "ds"), "-o", str(tmp_path / "out.jsonl"),
-            "--base-url", "http://127.0.0.1:9", "--model", "stub-judge"]
-    assert main(args + (["--method", "count"] if command == "baseline" else ["-q"])) == 2
-    line = one_error_line(capsys.readouterr().err)
-    assert "`datasets`" in line and "pip install" in line and str(tmp_path / "ds") in line
