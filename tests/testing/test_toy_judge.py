@@ -62,3 +62,16 @@ def test_an_adjudication_answer_is_valid_and_counts_an_abnormal_non_partial_unit
 def test_an_unknown_schema_is_refused():
     with pytest.raises(ValueError, match="unknown schema 'GuessAnswer'"):
         toy_answer("GuessAnswer", {}, {})
+
+
+def test_each_synthetic_sentence_is_one_toy_finding():
+    """testing.reports' sentences build the benchmarks' reports: the toy judge must read
+    each as one finding, or the benchmarks' calls per pair would drift."""
+    from radmatch_audit.core.schemas import SERVER_LIMITS, answer_models
+    from radmatch_audit.testing.reports import INDICATIONS, SENTENCES
+
+    schema = answer_models(SERVER_LIMITS).extract.model_json_schema()
+    for sentence in SENTENCES:
+        (finding,) = toy_answer("ExtractionAnswer", {"report": sentence}, schema)["findings"]
+        assert finding["evidence"] == [sentence.rstrip(".")[:100]]
+    assert all(i.endswith(".") for i in INDICATIONS) and len(set(SENTENCES)) == len(SENTENCES)

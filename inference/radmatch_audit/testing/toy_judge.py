@@ -2,7 +2,8 @@
 
 Schema-valid toy answers for the four judge stages, worked out from the prompt:
 sentences become findings, identical sentences match, matched pairs carry no errors,
-and an adjudicated unit with an abnormal finding (not a PAR) holds one error.
+and an adjudicated unit with an abnormal finding (not a PAR) holds one error; the count
+baseline counts the sentences that one report states and the other does not.
 Also the completion envelope and vLLM-style prefix-cache accounting. It is not a model
 and its answers carry no clinical meaning: it lets the pipeline, the HTTP client and
 the benchmarks run without one.
@@ -76,6 +77,10 @@ def toy_answer(title: str, user: dict[str, Any], schema: dict[str, Any]) -> dict
                  not NEGATION.search(text) for text in unit["reference_findings"] + unit["candidate_findings"]))}
             for unit in user["units"]
         ]}
+    if title == "CountAnswer":  # the count baseline: sentences one report states and the other not
+        reference = {_key(s) for s in _sentences(user["reference"])}
+        candidate = {_key(s) for s in _sentences(user["candidate"])}
+        return {"errors": min(len(reference ^ candidate), 99)}
     raise ValueError(f"unknown schema {title!r}")
 
 
