@@ -569,6 +569,9 @@ build_command() {
         --default-chat-template-kwargs "{\"enable_thinking\":$([[ $THINKING == on ]] && echo true || echo false)}"
         --generation-config vllm
         --no-enable-log-requests
+        # GET /tokenizer_info lists the tokenizer's special tokens: RadMatch's pre-flight
+        # reads them, so that a report holding one reaches the model as plain text
+        --enable-tokenizer-info-endpoint
     )
 }
 

@@ -159,6 +159,7 @@ def start_vllm_server(
         # as serve/start_vllm.sh configures the GPU judge
         "--structured-outputs-config.backend", "outlines",
         "--generation-config", "vllm",
+        "--enable-tokenizer-info-endpoint",  # the special tokens the judge's pre-flight reads
         *extra_args,
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)

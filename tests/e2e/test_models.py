@@ -97,6 +97,8 @@ def test_vllm_server_enforces_the_schema_and_the_pipeline_scores(vllm_server, pa
     with Evaluator(judge, cache_dir=None, limits=SMALL_MODEL_LIMITS, max_tokens=SMALL_MODEL_MAX_TOKENS,
                    concurrency=2) as evaluator:
         evaluator.check()  # the pre-flight against a real server: it serves this model
+        # ... and lists its tokenizer's special tokens, SmolLM2's own beyond the hand list
+        assert {"<|im_start|>", "<file_sep>", "<jupyter_code>"} <= set(judge.control_tokens)
         records = evaluator.evaluate(pairs)
         again = evaluator.evaluate(pairs)  # reused: answers from its memo, the same scores
     for record in records:

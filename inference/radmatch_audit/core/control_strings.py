@@ -90,6 +90,24 @@ def tokenizer_tokens(tokenizer: Any) -> tuple[str, ...]:
     return tuple(sorted(t for t in found if isinstance(t, str) and len(t.strip()) >= 3))
 
 
+def tokenizer_info_tokens(info: Any) -> tuple[str, ...]:
+    """The control tokens of a tokenizer as vLLM's GET /tokenizer_info describes it (its
+    `init_kwargs`, with every added token as its text): the `*_token` entries, the
+    `additional_special_tokens` and the bracketed added tokens; () for anything else."""
+    if not isinstance(info, dict):
+        return ()
+    found: set[str] = {v for k, v in info.items() if k.endswith("_token") and isinstance(v, str)}
+    extra = info.get("additional_special_tokens")
+    found.update(t for t in (extra if isinstance(extra, list) else ()) if isinstance(t, str))
+    added = info.get("added_tokens_decoder")
+    for entry in (added.values() if isinstance(added, dict) else ()):
+        content = entry.get("content") if isinstance(entry, dict) else entry
+        special = isinstance(entry, dict) and entry.get("special") is True
+        if isinstance(content, str) and (special or _bracketed(content)):
+            found.add(content)
+    return tuple(sorted(t for t in found if len(t.strip()) >= 3))
+
+
 def control_tokens(judge: Any) -> tuple[str, ...]:
     """The special tokens a judge read from its tokenizer (`control_tokens`), if any."""
     return tuple(getattr(judge, "control_tokens", None) or ())

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from radmatch_audit.core.control_strings import tokenizer_info_tokens
 from radmatch_audit.core.vocabulary import check_choice
 from radmatch_audit.files.paths import install_command
 from radmatch_audit.judges.base import (
@@ -84,6 +85,8 @@ class OpenAICompatibleJudge:
         self.context_window = context_window
         self.loaded_model: str | None = None  # vLLM's `root`, read by the pre-flight
         self.max_model_len: int | None = None  # the server's context, read by the pre-flight
+        # its tokenizer's special tokens, where the server lists them (vLLM's /tokenizer_info)
+        self.control_tokens: tuple[str, ...] = ()
         self._chars_per_token: float | None = None  # measured by the pre-flight, when it can
         self.timeout_s = timeout_s
         # a proxy is somewhere else: the same opt-in as a remote endpoint
@@ -234,6 +237,20 @@ class OpenAICompatibleJudge:
         if self.model not in served:
             raise JudgeUnavailable(f"{where} serves {served}, not {self.model!r}; pass --model with one of them")
         self._learn_identity(listed[served.index(self.model)])
+        await self._learn_control_tokens()
+
+    async def _learn_control_tokens(self) -> None:
+        """The served tokenizer's special tokens, from vLLM's GET /tokenizer_info (at the
+        server's root; serve/start_vllm.sh turns it on), so that a report holding one reaches
+        the model as plain text. A server without it keeps the families listed by hand."""
+        if self.backend != "vllm":
+            return
+        try:
+            reply = await self._transport.get(self.base_url.removesuffix("/v1") + "/tokenizer_info")
+            info = json.loads(reply.content) if reply.status == 200 else None
+        except (Unreachable, ValueError):
+            return
+        self.control_tokens = tokenizer_info_tokens(info)
 
     async def _refuse_a_missing_v1(self, where: str) -> None:
         """After a 404 for /models: when the server answers at `base_url`/v1 (vLLM serves

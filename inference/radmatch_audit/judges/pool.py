@@ -102,6 +102,8 @@ class JudgePool:
         windows = [j.context_window for j in self.judges if j.context_window]
         self.context_window = min(windows) if windows else None
         self.settings = getattr(serving[0], "settings", None)
+        # one model: the special tokens any server listed reach every server as plain text
+        self.control_tokens = tuple(sorted({t for j in serving for t in getattr(j, "control_tokens", ())}))
         self._serving = serving
 
     async def calibrate(self, messages: list[Message]) -> None:

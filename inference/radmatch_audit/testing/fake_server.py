@@ -188,6 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
             if fake.max_model_len:
                 entry["max_model_len"] = fake.max_model_len
             self._send(200, {"object": "list", "data": [entry]})
+        elif path.endswith("/tokenizer_info") and fake.tokenizer_info is not None:
+            self._send(200, fake.tokenizer_info)
         elif path.endswith("/metrics"):
             self._send(200, fake.metrics_text().encode(), content_type="text/plain; version=0.0.4")
         elif path.endswith("/fake/requests"):
@@ -300,8 +302,10 @@ class StubServer:
                  latency_s: Latency = 0.0, capacity: Optional[int] = None,
                  host: str = "127.0.0.1", port: int = 0, root: Optional[str] = None,
                  max_model_len: Optional[int] = None, redirect: Optional[str] = None,
-                 v1_only: bool = False) -> None:
+                 v1_only: bool = False, tokenizer_info: Optional[dict[str, Any]] = None) -> None:
         self.api_key, self.model, self.v1_only = api_key, model, v1_only
+        # vLLM's GET /tokenizer_info (served with --enable-tokenizer-info-endpoint); None: 404
+        self.tokenizer_info = tokenizer_info
         self.root, self.max_model_len, self.redirect = root, max_model_len, redirect
         self.retry_after, self.hang_s = retry_after, hang_s
         self.chooser = FaultChooser(
