@@ -4,6 +4,8 @@ pair, and a synthetic corpus of any size. Scores come from the real scoring core
 from __future__ import annotations
 
 import random
+import shutil
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -433,3 +435,63 @@ def degraded(record: Record) -> Record:
         "grading": GradingStage(pairs=[], grades=[]),
     })
     return score_record(record.model_copy(update={"stages": stages, "scores": None}))
+
+
+# --------------------------------------------------------------------------- headless Chromium
+# where it is and how it runs, for the browser tests of the dashboard and of reliability
+
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None
+)
+CHROMEDRIVER = shutil.which("chromedriver") or (
+    "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
+)
+CHROME_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--window-size=1600,1100",
+]
+
+
+def wait_until(driver, script: str, *args, timeout: float = 10.0, what: str = "") -> None:
+    """Wait until `script` (run in the page with `args`) returns true."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=0.01).until(
+            lambda d: d.execute_script(script, *args)
+        )
+    except TimeoutException:
+        raise AssertionError(f"{what or script} not seen after {timeout} s: "
+                             f"{driver.get_log('browser')}") from None
+
+
+def open_page(driver, path: Path, timeout: float = 30.0) -> float:
+    """Open the page from disk; drain earlier logs first; return seconds until ready."""
+    driver.get("about:blank")
+    driver.get_log("performance")
+    driver.get_log("browser")
+    start = time.perf_counter()
+    driver.get(path.resolve().as_uri())
+    wait_until(driver, "return document.documentElement.dataset.ready === '1'",
+               timeout=timeout, what="page ready")
+    return time.perf_counter() - start
+
+
+def wait_for_view(driver, view: str, pair_id: str = "", timeout: float = 10.0) -> None:
+    """Wait until the router shows `view` (and that pair): it runs on hashchange, async."""
+    wait_until(
+        driver,
+        "return document.documentElement.dataset.view === arguments[0] && (!arguments[1] ||"
+        " document.getElementById('view-pair').dataset.pairId === arguments[1])",
+        view, pair_id, timeout=timeout, what=f"view {view!r} {pair_id!r}",
+    )

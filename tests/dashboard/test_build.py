@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -171,29 +170,11 @@ def test_bad_lines_are_skipped_and_listed(tmp_path):
 
 # --------------------------------------------------------------------------- in a browser
 
-CHROMIUM = next(
-    (shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None
-)
-CHROMEDRIVER = shutil.which("chromedriver") or (
-    "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
-)
+CHROMIUM, CHROMEDRIVER, FLAGS = fx.CHROMIUM, fx.CHROMEDRIVER, fx.CHROME_FLAGS
 needs_browser = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
     reason="chromium/chromedriver not installed (apt-get install chromium chromium-driver)",
 )
-FLAGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-extensions",
-    "--disable-default-apps",
-    "--window-size=1600,1100",
-]
 
 
 @pytest.fixture(scope="module")
@@ -216,40 +197,7 @@ def browser(tmp_path_factory):
     driver.quit()
 
 
-def wait_until(driver, script: str, *args, timeout: float = 10.0, what: str = "") -> None:
-    """Wait until `script` (run in the page with `args`) returns true."""
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        WebDriverWait(driver, timeout, poll_frequency=0.01).until(
-            lambda d: d.execute_script(script, *args)
-        )
-    except TimeoutException:
-        raise AssertionError(f"{what or script} not seen after {timeout} s: "
-                             f"{driver.get_log('browser')}") from None
-
-
-def open_page(driver, path: Path, timeout: float = 30.0) -> float:
-    """Open the page from disk; drain earlier logs first; return seconds until ready."""
-    driver.get("about:blank")
-    driver.get_log("performance")
-    driver.get_log("browser")
-    start = time.perf_counter()
-    driver.get(path.resolve().as_uri())
-    wait_until(driver, "return document.documentElement.dataset.ready === '1'",
-               timeout=timeout, what="page ready")
-    return time.perf_counter() - start
-
-
-def wait_for_view(driver, view: str, pair_id: str = "", timeout: float = 10.0) -> None:
-    """Wait until the router shows `view` (and that pair): it runs on hashchange, async."""
-    wait_until(
-        driver,
-        "return document.documentElement.dataset.view === arguments[0] && (!arguments[1] ||"
-        " document.getElementById('view-pair').dataset.pairId === arguments[1])",
-        view, pair_id, timeout=timeout, what=f"view {view!r} {pair_id!r}",
-    )
+wait_until, open_page, wait_for_view = fx.wait_until, fx.open_page, fx.wait_for_view
 
 
 def wait_for_search(driver, text: str) -> None:

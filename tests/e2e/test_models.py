@@ -71,8 +71,15 @@ def test_embedded_cpu_judge_end_to_end_and_recompute(pairs_file, tmp_path):
         assert record.stages.indication  # the given indication reached the prompts
         assert record.stages.reference_findings and record.stages.candidate_findings
         assert record.usage.completion_tokens > 0
-    # the shared reference was extracted once: one pair paid for it, the other did not
-    assert sorted(r.usage.judge_calls for r in records) in ([3, 4], [2, 3], [3, 3], [2, 4])
+    # the shared reference was extracted once: one pair paid for it, the other did not;
+    # a pair with a unit that is not correct pays one more call, its error adjudication
+    adjudicated = [bool(r.stages.adjudication.units) for r in records]
+    assert sorted(r.usage.judge_calls - a for r, a in zip(records, adjudicated)) in (
+        [3, 4], [2, 3], [3, 3], [2, 4])
+    for record, asked in zip(records, adjudicated):
+        assert record.scores.adjudication == "current", record.stages.adjudication.error
+        assert record.scores.significant_errors is not None
+        assert asked or record.scores.significant_errors == 0
 
     out = tmp_path / "recomputed.jsonl"
     proc = run_cli("recompute", str(records_path), "-o", str(out))

@@ -89,9 +89,9 @@ def test_reward_with_the_real_model(shared_answer_cache, local_judge):
     rewards = trl_call(reward_fn, [C1, chat(C2), chat(runaway)], [REF, REF, REF])
     assert len(rewards) == 3 and all(isinstance(r, float) and math.isfinite(r) for r in rewards)
     records = reward_fn.last_records
-    for reward, record in zip(rewards[:2], records[:2]):
-        assert record.error is None
-        assert reward == pytest.approx(1 / (1 + record.scores.actionable_errors))
+    for reward, record in zip(rewards[:2], records[:2]):  # by the adjudicated count, the default
+        assert record.error is None and record.scores.adjudication == "current"
+        assert reward == pytest.approx(1 / (1 + record.scores.significant_errors))
     assert records[2].error and "context" in records[2].error
     assert rewards[2] == 0.0 < min(rewards[:2])
 

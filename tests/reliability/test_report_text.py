@@ -83,7 +83,7 @@ def test_bidi_controls_flag_the_pair(tmp_path, scored):
 
 @pytest.mark.browser
 def test_bidi_controls_are_shown_as_marks_in_chromium(tmp_path, scored):
-    import test_dashboard as td
+    import dashboard_fixtures as td
 
     if not (td.CHROMIUM and td.CHROMEDRIVER):
         pytest.skip("chromium/chromedriver not installed")
@@ -91,7 +91,7 @@ def test_bidi_controls_are_shown_as_marks_in_chromium(tmp_path, scored):
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for flag in td.FLAGS:
+    for flag in td.CHROME_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
     options.binary_location = td.CHROMIUM
