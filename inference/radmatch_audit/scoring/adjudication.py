@@ -11,19 +11,24 @@ from __future__ import annotations
 
 from typing import Optional
 
-from radmatch_audit.core.schemas import AdjudicationStage, ShownUnit
+from radmatch_audit.core.schemas import AdjudicationStage, ShownUnit, adjudication_units_problem
 from radmatch_audit.core.scores import AdjudicationState, Unit
 from radmatch_audit.core.vocabulary import MAX_UNIT_ERRORS
 
 ADJUDICATED_OUTCOMES = frozenset({"MIS", "SPU", "INC", "PAR"})
 
 
+def adjudicated(units: list[Unit]) -> list[Unit]:
+    """The units the adjudication is shown, in scoring's order: every unit with an
+    outcome other than COR (generic units have none)."""
+    return [unit for unit in units if unit.outcome in ADJUDICATED_OUTCOMES]
+
+
 def shown_units(units: list[Unit]) -> list[ShownUnit]:
-    """The units the adjudication is shown: every unit with an outcome other than COR."""
+    """The units the adjudication is shown, as its stage stores them."""
     return [
         ShownUnit(kind=unit.outcome, gt_ids=list(unit.gt_ids), pred_ids=list(unit.pred_ids))
-        for unit in units
-        if unit.outcome in ADJUDICATED_OUTCOMES
+        for unit in adjudicated(units)
     ]
 
 
@@ -36,29 +41,25 @@ def adjudicated_counts(
         return None, "off", 0
     if adjudication.error is not None or adjudication.answer is None:
         return None, "failed", 0
-    now = shown_units(units)
-    if sorted(u.key() for u in now) != sorted(u.key() for u in adjudication.units):
+    now = adjudicated(units)
+    keys = [shown.key() for shown in shown_units(now)]
+    if sorted(keys) != sorted(u.key() for u in adjudication.units):
         repairs.append(
             "adjudication is stale: the units scoring derives now differ from the "
             f"{len(adjudication.units)} it was shown; significant_errors is null"
         )
         return None, "stale", 0
     answer = adjudication.answer
-    by_number = {}
-    for entry in answer.units:
-        if entry.unit in by_number or not 1 <= entry.unit <= len(adjudication.units) \
-                or not 0 <= entry.errors <= MAX_UNIT_ERRORS:
-            by_number = None
-            break
-        by_number[entry.unit] = entry.errors
-    if by_number is None or len(by_number) != len(adjudication.units):
+    # a stored answer is held to what was checked when it arrived (a hand-made one may not be)
+    if adjudication_units_problem([e.unit for e in answer.units], len(adjudication.units)) or any(
+        not 0 <= e.errors <= MAX_UNIT_ERRORS for e in answer.units
+    ):
         repairs.append("adjudication answer does not answer each unit shown exactly once with "
                        f"0-{MAX_UNIT_ERRORS} errors; significant_errors is null")
         return None, "invalid", 0
+    by_number = {entry.unit: entry.errors for entry in answer.units}
     count_of = {shown.key(): by_number[number] for number, shown in enumerate(adjudication.units, 1)}
-    for unit in units:
-        if unit.outcome in ADJUDICATED_OUTCOMES:
-            unit.significant_errors = count_of[ShownUnit(
-                kind=unit.outcome, gt_ids=unit.gt_ids, pred_ids=unit.pred_ids).key()]
+    for unit, key in zip(now, keys):
+        unit.significant_errors = count_of[key]
     unlisted = len(answer.unlisted)
     return sum(by_number.values()) + unlisted, "current", unlisted

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 from radmatch_audit.core.records import Record
 from radmatch_audit.core.schemas import AdjudicationAnswer, AdjudicationStage, Finding
 from radmatch_audit.core.scores import Unit
-from radmatch_audit.scoring.adjudication import ADJUDICATED_OUTCOMES, shown_units
+from radmatch_audit.scoring.adjudication import adjudicated, shown_units
 
 Ask = Callable[..., Awaitable[Any]]
 
@@ -26,9 +26,7 @@ Ask = Callable[..., Awaitable[Any]]
 def unit_views(units: list[Unit], findings: dict[str, Finding]) -> list[dict[str, Any]]:
     """The shown units as the judge reads them, numbered from 1 (no tiers)."""
     views = []
-    for unit in units:
-        if unit.outcome not in ADJUDICATED_OUTCOMES:
-            continue
+    for unit in adjudicated(units):
         views.append({
             "unit": len(views) + 1,
             "kind": unit.outcome,
