@@ -7,12 +7,8 @@ from typing import Any, Optional
 from radmatch_audit.agreement.annotations import AnnotationSet
 from radmatch_audit.agreement.methods import MethodScores
 from radmatch_audit.agreement.stats import agreement
-from radmatch_audit.read.resampling import N_RESAMPLES, SEED, wilson_interval
+from radmatch_audit.read.resampling import MIN_STUDIES, N_RESAMPLES, SEED, wilson_interval
 
-# Below this many studies (the bootstrap's unit) an interval is flagged: a percentile
-# bootstrap over k studies has few distinct resamples (35 for k = 4) and tau-b few
-# distinct values, so the interval covers far less than 95 % (docs/agreement.md, section 4).
-MIN_STUDIES = 10
 FEW_STUDIES_MARK = "†"
 
 

@@ -14,9 +14,8 @@ from radmatch_audit.cli.common import (
 )
 from radmatch_audit.read.compare import N_PERMUTATIONS, compare_records, dropped_line, format_comparison
 from radmatch_audit.core.records import Record
-from radmatch_audit.read.resampling import N_RESAMPLES, SEED
+from radmatch_audit.read.resampling import MIN_STUDIES, N_RESAMPLES, SEED
 
-MIN_STUDIES = 10  # as `agreement`: below it the bootstrap over studies is not a reliable 95% interval
 
 HELP = "is B better than A? paired difference in actionable errors, with interval and p"
 DESCRIPTION = (

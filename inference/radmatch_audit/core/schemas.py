@@ -568,7 +568,12 @@ class ShownUnit(BaseModel):
     pred_ids: list[str] = Field(default_factory=list)
 
     def key(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-        return self.kind, tuple(sorted(self.gt_ids)), tuple(sorted(self.pred_ids))
+        return unit_key(self.kind, self.gt_ids, self.pred_ids)
+
+
+def unit_key(kind: str, gt_ids: Sequence[str], pred_ids: Sequence[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """What identifies a unit the adjudication was shown: its kind and findings, in any order."""
+    return kind, tuple(sorted(gt_ids)), tuple(sorted(pred_ids))
 
 
 class StoredAdjudicatedUnit(BaseModel):

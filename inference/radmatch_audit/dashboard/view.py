@@ -17,6 +17,8 @@ from typing import Any
 
 from radmatch_audit.core.control_strings import restore_markers
 from radmatch_audit.core.records import Record
+from radmatch_audit.core.schemas import unit_key
+from radmatch_audit.judges.judge_notice import is_embedded_small
 from radmatch_audit.read.reading import RecordsRead, read_file
 from radmatch_audit.scoring.results import SUBSETS, as_dict, vocabularies
 from radmatch_audit.scoring.score import (
@@ -176,7 +178,7 @@ def adjudication_view(record: Record, units: list[dict[str, Any]]) -> dict[str, 
     number_of = {shown.key(): n for n, shown in enumerate(stage.units, 1)}
     reasoning = {entry.unit: entry.reasoning for entry in stage.answer.units}
     for unit in units:
-        key = (unit["outcome"], tuple(sorted(unit["gt_ids"])), tuple(sorted(unit["pred_ids"])))
+        key = unit_key(unit["outcome"], unit["gt_ids"], unit["pred_ids"])
         if key in number_of:
             unit["adjudication_reasoning"] = reasoning.get(number_of[key], "")
     view["unlisted"] = [error.description for error in stage.answer.unlisted]
@@ -222,8 +224,6 @@ def judges_of(records: Iterable[Record]) -> list[dict[str, Any]]:
 
     `small` marks the embedded small judge (radmatch_audit.judges.smollm): its scores only exercise
     the pipeline, and the page says so."""
-    from radmatch_audit.judges.smollm import MODEL_NAME
-
     counts: dict[tuple[str, str], int] = {}
     for record in records:
         key = (record.judge.backend or "", record.judge.model or "")
@@ -231,7 +231,7 @@ def judges_of(records: Iterable[Record]) -> list[dict[str, Any]]:
             counts[key] = counts.get(key, 0) + 1
     return [
         {"backend": backend, "model": model, "pairs": n,
-         "small": MODEL_NAME.lower() in model.lower()}
+         "small": is_embedded_small(model)}
         for (backend, model), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     ]
 

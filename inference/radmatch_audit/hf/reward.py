@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from radmatch_audit.hf.metric import AnyRecord, MetricScorer, make_pairs, pair_errors
+from radmatch_audit.hf.metric import SCORES, AnyRecord, MetricScorer, make_pairs, pair_errors
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +189,14 @@ class RadMatchReward:
     @staticmethod
     def _log(records: list[AnyRecord], log_metric: Callable[[str, float], None], score: str) -> None:
         """Counts only (TRL averages each over the logging step): never report text."""
-        scored = [e for e in (pair_errors(r, score) for r in records) if e is not None]
-        failed = len(records) - len(scored)
+        counts = {name: [e for e in (pair_errors(r, name) for r in records) if e is not None]
+                  for name in SCORES}
+        failed = len(records) - len(counts[score])
         log_metric(METRIC_PREFIX + "failed", float(failed))
         log_metric(METRIC_PREFIX + "failed_fraction", failed / len(records))
-        for name in ("significant", "actionable"):  # each mean over the pairs that have it
-            counts = [e for e in (pair_errors(r, name) for r in records) if e is not None]
-            if counts:
-                log_metric(METRIC_PREFIX + f"mean_{name}_errors", sum(counts) / len(counts))
+        for name, scored in counts.items():  # each mean over the pairs that have it
+            if scored:
+                log_metric(METRIC_PREFIX + f"mean_{name}_errors", sum(scored) / len(scored))
 
     @staticmethod
     def _optional_column(name: str | None, columns: dict[str, Any], n: int) -> list[str | None]:

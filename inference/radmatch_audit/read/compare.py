@@ -23,7 +23,7 @@ adjudication stands in both runs; the others are counted apart.
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 from scipy.stats import permutation_test
@@ -174,29 +174,15 @@ def compare_records(
     a = np.array([[tier_errors(ra)[c] for c in columns] for ra, _ in both], dtype=float).reshape(-1, len(columns))
     b = np.array([[tier_errors(rb)[c] for c in columns] for _, rb in both], dtype=float).reshape(-1, len(columns))
     diff = b - a
-    studies: list[Hashable] = [
-        ("study", ra.study_id or rb.study_id) if (ra.study_id or rb.study_id) else ("pair", ra.pair_id)
-        for ra, rb in both
-    ]
-    clusters = group_by_study(studies)
+    clusters = study_clusters(both)
     intervals = bootstrap_intervals(diff, clusters, confidence, n_resamples, seed)
     p_values, method = sign_flip_p_values(diff, clusters, n_permutations, seed)
+    rows = [
+        {"tier": column, "actionable": column == TOTAL or column in ACTIONABLE_TIERS,
+         **difference_stats(a[:, j], b[:, j], intervals[j], p_values[j])}
+        for j, column in enumerate(columns)
+    ]
     n = len(both)
-    rows = []
-    for j, column in enumerate(columns):
-        d = diff[:, j]
-        rows.append({
-            "tier": column,
-            "actionable": column == TOTAL or column in ACTIONABLE_TIERS,
-            "mean_a": _num(a[:, j].mean()) if n else None,
-            "mean_b": _num(b[:, j].mean()) if n else None,
-            "mean_difference": _num(d.mean()) if n else None,
-            "ci": [_num(x) for x in intervals[j]] if n else None,
-            "p_value": _num(p_values[j]) if n else None,
-            "b_better": int((d < 0).sum()),
-            "b_worse": int((d > 0).sum()),
-            "same": int((d == 0).sum()),
-        })
     return {
         "difference": "B minus A, actionable errors per pair (negative: B makes fewer errors)",
         "n_compared": n,
@@ -227,24 +213,40 @@ def significant_difference(
     a = np.array([ra.scores.significant_errors for ra, _ in stand], dtype=float)
     b = np.array([rb.scores.significant_errors for _, rb in stand], dtype=float)
     d = b - a
-    clusters = group_by_study([
-        ("study", ra.study_id or rb.study_id) if (ra.study_id or rb.study_id) else ("pair", ra.pair_id)
-        for ra, rb in stand
-    ])
+    clusters = study_clusters(stand)
     n = len(stand)
     interval = bootstrap_intervals(d, clusters, confidence, n_resamples, seed)[0]
     p_values, method = sign_flip_p_values(d, clusters, n_permutations, seed)
+    stats = difference_stats(a, b, interval, p_values[0])
     return {
         "difference": "B minus A, significant errors per pair (the error adjudication's count)",
         "n_compared": n,
         "n_studies": len(clusters),
         "n_not_adjudicated": len(both) - n,  # compared pairs whose adjudication does not stand in both
+        **{key: stats[key] for key in ("mean_a", "mean_b", "mean_difference", "ci", "p_value")},
+        "permutation_method": method,
+        **{key: stats[key] for key in ("b_better", "b_worse", "same")},
+    }
+
+
+def study_clusters(both: list[tuple[Record, Record]]) -> list[list[int]]:
+    """The pairs grouped by study (a pair without a study id is its own), for resampling."""
+    return group_by_study([
+        ("study", ra.study_id or rb.study_id) if (ra.study_id or rb.study_id) else ("pair", ra.pair_id)
+        for ra, rb in both
+    ])
+
+
+def difference_stats(a: np.ndarray, b: np.ndarray, interval: Any, p_value: Any) -> dict[str, Any]:
+    """One row of a comparison: means of A and B, B - A with its interval and p-value, and
+    on how many pairs B does better, worse or the same (means None over no pair)."""
+    d, n = b - a, len(a)
+    return {
         "mean_a": _num(a.mean()) if n else None,
         "mean_b": _num(b.mean()) if n else None,
         "mean_difference": _num(d.mean()) if n else None,
         "ci": [_num(x) for x in interval] if n else None,
-        "p_value": _num(p_values[0]) if n else None,
-        "permutation_method": method,
+        "p_value": _num(p_value) if n else None,
         "b_better": int((d < 0).sum()),
         "b_worse": int((d > 0).sum()),
         "same": int((d == 0).sum()),

@@ -23,6 +23,11 @@ from typing import Hashable, Optional, Sequence
 import numpy as np
 
 N_RESAMPLES = 2000
+# Below this many studies (the bootstrap's unit) an interval is flagged (agreement, compare):
+# a percentile bootstrap over k studies has few distinct resamples (35 for k = 4) and tau-b
+# few distinct values, so the
+# interval covers far less than 95 % (docs/agreement.md, section 4).
+MIN_STUDIES = 10
 SEED = 0
 
 
